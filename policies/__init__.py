@@ -1,0 +1,6 @@
+"""Policy models. Know nothing of simulators: they see observation dicts and return `Act`."""
+from policies.act import Act
+from policies.gaussian import GaussianActorCritic
+from policies.normalizer import RunningNormalizer
+
+__all__ = ["Act", "GaussianActorCritic", "RunningNormalizer"]

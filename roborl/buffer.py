@@ -1,0 +1,71 @@
+"""On-device rollout storage and advantage estimation (torch only, T×N tensors)."""
+from __future__ import annotations
+
+import torch
+
+from policies.act import Act
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_value: torch.Tensor,
+        gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation over T×N tensors.
+
+    `dones[t]` marks that the episode ended after step t (terminated or truncated); time-outs are
+    bootstrapped beforehand by adding γ·V(final_obs) to their reward, so the chain is cut at every done.
+    Returns (advantages, returns).
+    """
+    T = rewards.shape[0]
+    adv = torch.zeros_like(rewards)
+    last = torch.zeros_like(last_value)
+    for t in reversed(range(T)):
+        next_value = last_value if t == T - 1 else values[t + 1]
+        not_done = 1.0 - dones[t].float()
+        delta = rewards[t] + gamma * next_value * not_done - values[t]
+        last = delta + gamma * lam * not_done * last
+        adv[t] = last
+    return adv, adv + values
+
+
+class RolloutBuffer:
+    """Holds one rollout of T steps for N envs: observations (dict), actions, log-probs, values,
+    rewards, dones; then advantages and returns."""
+
+    def __init__(self, num_steps: int, num_envs: int, device: torch.device) -> None:
+        self.T, self.N, self.device = num_steps, num_envs, device
+        self.obs: dict[str, torch.Tensor] = {}
+        self.actions = self.log_probs = self.values = None
+        self.rewards = torch.zeros(num_steps, num_envs, device=device)
+        self.dones = torch.zeros(num_steps, num_envs, dtype=torch.bool, device=device)
+        self.step = 0
+
+    def add(self, obs: dict, act: Act, reward: torch.Tensor, done: torch.Tensor) -> None:
+        t = self.step
+        for key, value in obs.items():
+            if isinstance(value, torch.Tensor):
+                if key not in self.obs:
+                    self.obs[key] = torch.zeros((self.T, *value.shape), dtype=value.dtype, device=self.device)
+                self.obs[key][t] = value
+        if self.actions is None:
+            self.actions = torch.zeros((self.T, *act.action.shape), device=self.device)
+            self.log_probs = torch.zeros(self.T, self.N, device=self.device)
+            self.values = torch.zeros(self.T, self.N, device=self.device)
+        self.actions[t] = act.action
+        self.log_probs[t] = act.log_prob
+        self.values[t] = act.value
+        self.rewards[t] = reward
+        self.dones[t] = done
+        self.step += 1
+
+    def finish(self, last_value: torch.Tensor, gamma: float, lam: float) -> None:
+        self.advantages, self.returns = gae(self.rewards, self.values, self.dones, last_value, gamma, lam)
+        self.step = 0
+
+    def flat(self) -> dict:
+        """Everything flattened to (T·N, ...) for minibatching."""
+        n = self.T * self.N
+        return {
+            "obs": {k: v.reshape(n, *v.shape[2:]) for k, v in self.obs.items()},
+            "actions": self.actions.reshape(n, *self.actions.shape[2:]),
+            "log_probs": self.log_probs.reshape(n), "values": self.values.reshape(n),
+            "advantages": self.advantages.reshape(n), "returns": self.returns.reshape(n),
+        }

@@ -1,0 +1,92 @@
+"""`roborl train CONFIG [key=value ...]`, `roborl eval CHECKPOINT`, `roborl envs`."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from roborl.errors import UserError
+
+
+def _train(args: argparse.Namespace) -> int:
+    from roborl.config import load_config
+    from roborl.trainer import Trainer
+
+    cfg = load_config(args.config, args.overrides)
+    summary = Trainer(cfg).train()
+    print(json.dumps(summary))
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from roborl.builder import build, resolve_device
+    from roborl.checkpoint import Checkpoint
+    from roborl.config import config_from_dict
+    from roborl.evaluate import evaluate
+
+    ckpt = Checkpoint(args.checkpoint)
+    cfg = config_from_dict(ckpt.config)
+    cfg.env.num_envs = min(args.envs, args.episodes)
+    device = resolve_device(args.device)
+    env, policy = build(cfg, device)
+    ckpt.load_policy(policy)
+    video = args.video_path or (str(ckpt.path.with_suffix(".mp4")) if args.video else None)
+    result = evaluate(policy.eval(), env, args.episodes, seed=args.seed, video_path=video)
+    env.close()
+    if video:
+        result["video"] = video
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            print(f"{key:>14}: {value}")
+    return 0
+
+
+def _envs(args: argparse.Namespace) -> int:
+    import sim
+    import tasks  # noqa: F401
+
+    print("\n".join(sim.available()))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="roborl", description="Robot RL: train, evaluate and export policies.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train with a YAML config; override any key with key=value")
+    p.add_argument("config", nargs="?", help="configs/*.yaml (optional with resume=PATH)")
+    p.add_argument("overrides", nargs="*", help="e.g. train.total_steps=200000 env.num_envs=128 resume=PATH")
+    p.set_defaults(func=_train)
+    p = sub.add_parser("eval", help="evaluate a checkpoint deterministically")
+    p.add_argument("checkpoint")
+    p.add_argument("--episodes", type=int, default=50)
+    p.add_argument("--envs", type=int, default=25, help="environments run in parallel")
+    p.add_argument("--seed", type=int, default=12345)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--video", action="store_true", help="write an mp4 beside the checkpoint")
+    p.add_argument("--video-path", help="write the mp4 here instead")
+    p.add_argument("--json", action="store_true", help="print one JSON line")
+    p.set_defaults(func=_eval)
+    p = sub.add_parser("envs", help="list the available environment ids")
+    p.set_defaults(func=_envs)
+    args = parser.parse_args(argv)
+    if args.command == "train" and args.config and "=" in args.config:
+        args.overrides.insert(0, args.config)
+        args.config = None
+    try:
+        return args.func(args)
+    except UserError as exc:
+        print(f"roborl: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        from sim.errors import SimError
+
+        if isinstance(exc, SimError):
+            print(f"roborl: error: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""Typed run configuration: YAML file + `key=value` overrides, validated against dataclasses.
+
+Unknown keys are rejected with their dotted path and the closest valid names; wrong types name the
+expected type. Everything a run does is decided here, so a config file reproduces a run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from roborl.errors import UserError
+
+
+@dataclass
+class EnvConfig:
+    id: str = "mujoco/Reach"
+    num_envs: int = 64
+    controller: str = "ee_delta_pos"
+    control_freq: int = 20
+    episode_length: int | None = None  # None: the task's default
+    obs_mode: str = "state"
+    render_size: list[int] = field(default_factory=lambda: [128, 128])
+
+
+@dataclass
+class PolicyConfig:
+    hidden: list[int] = field(default_factory=lambda: [256, 256])
+    activation: str = "tanh"
+    init_log_std: float = -0.5
+    normalize_obs: bool = True
+
+
+@dataclass
+class PPOConfig:
+    lr: float = 3e-4
+    gamma: float = 0.8
+    gae_lambda: float = 0.9
+    clip: float = 0.2
+    epochs: int = 4
+    minibatches: int = 4
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    clip_value_loss: bool = True
+    norm_adv: bool = True
+    target_kl: float | None = None  # stop the epochs early once the approximate KL exceeds this
+    adaptive_lr: bool = False  # rsl_rl's schedule: lr ÷1.5 when KL > 2·desired_kl, ×1.5 when < ½·desired_kl
+    desired_kl: float = 0.01
+
+
+@dataclass
+class TrainConfig:
+    total_steps: int = 1_000_000
+    rollout_steps: int = 50
+    eval_every: int = 10  # iterations
+    eval_episodes: int = 32
+    eval_envs: int = 32
+    video: bool = True
+    video_envs: int = 4
+    save_every: int = 10  # iterations
+    seed: int = 0
+    device: str = "auto"
+    threads: int | None = None
+    run_dir: str = "runs"
+    name: str | None = None
+    resume: str | None = None
+    progress: bool = True
+    max_minutes: float | None = None  # stop (and save) after this much wall time
+
+
+@dataclass
+class Config:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    algo: PPOConfig = field(default_factory=PPOConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp)).replace("NoneType", "null")
+
+
+def _check(value: Any, tp: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _check(value, inner[0], path)
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise UserError(f"config key '{path}' must be a list of {_type_name(item)}, got {value!r}")
+        return [_check(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+        raise UserError(f"config key '{path}' must be {_type_name(tp)}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _build(cls: type, data: Any, path: str) -> Any:
+    if not isinstance(data, dict):
+        raise UserError(f"config section '{path or '<root>'}' must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        full = f"{path}.{key}" if path else str(key)
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=3, cutoff=0.5)
+            hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+            raise UserError(f"unknown config key '{full}'; {hint}valid keys here: {', '.join(names)}")
+        tp = hints[key]
+        kwargs[key] = _build(tp, value, full) if dataclasses.is_dataclass(tp) else _check(value, tp, full)
+    return cls(**kwargs)
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise UserError(f"override '{dotted}': '{part}' is not a section")
+    node[parts[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> dict:
+    tree: dict = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"override '{item}' must look like key=value (e.g. train.total_steps=200000)")
+        key = {"resume": "train.resume"}.get(key, key)
+        _set_dotted(tree, key, yaml.safe_load(raw) if raw else None)
+    return tree
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+    data: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"config file '{path}' does not exist (see configs/ for examples)")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise UserError(f"config file '{path}' is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    return config_from_dict(_merge(data, parse_overrides(list(overrides))))
+
+
+def config_from_dict(data: dict) -> Config:
+    return _build(Config, data, "")
+
+
+def config_to_dict(cfg: Config) -> dict:
+    return dataclasses.asdict(cfg)

@@ -1,0 +1,178 @@
+"""The training loop: collect a rollout, bootstrap time-outs, GAE, PPO update, evaluate, checkpoint, log."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from datetime import datetime
+from pathlib import Path
+
+import torch
+import yaml
+
+from roborl.algos.ppo import PPO
+from roborl.buffer import RolloutBuffer
+from roborl.builder import build, make_env, resolve_device
+from roborl.checkpoint import Checkpoint, save_checkpoint
+from roborl.config import Config, config_from_dict, config_to_dict
+from roborl.errors import UserError
+from roborl.evaluate import evaluate
+from roborl.logger import Logger
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+
+
+class Trainer:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        resume = Checkpoint(cfg.train.resume) if cfg.train.resume else None
+        if resume is not None:  # the checkpoint's run continues; command-line training options still apply
+            saved = config_from_dict(resume.config)
+            saved.train = cfg.train
+            self.cfg = cfg = saved
+        self.device = resolve_device(cfg.train.device)
+        torch.set_num_threads(cfg.train.threads or max(1, (os.cpu_count() or 1) // 2))
+        torch.manual_seed(cfg.train.seed)
+        self.env, self.policy = build(cfg, self.device)
+        self.algo = PPO(self.policy, cfg.algo)
+        self.env_steps = 0
+        self.iteration = 0
+        self.best_success = -1.0
+        self.last_eval: dict[str, float] = {}
+        self.wall_time_prev = 0.0
+        if resume is not None:
+            resume.load_policy(self.policy)
+            if resume.optimizer_state is not None:
+                self.algo.optimizer.load_state_dict(resume.optimizer_state)
+            st = resume.trainer_state
+            self.env_steps, self.iteration = st["env_steps"], st["iteration"]
+            self.best_success, self.algo.lr = st["best_success"], st["lr"]
+            self.last_eval, self.wall_time_prev = st.get("last_eval", {}), st.get("wall_time_s", 0.0)
+            for group in self.algo.optimizer.param_groups:
+                group["lr"] = self.algo.lr
+            self.run_dir = Path(st["run_dir"])
+            torch.manual_seed(cfg.train.seed + self.iteration)
+        else:
+            name = cfg.train.name or f"{cfg.env.id.replace('/', '_')}_{datetime.now():%Y%m%d-%H%M%S}"
+            self.run_dir = Path(cfg.train.run_dir) / name
+            if self.run_dir.exists() and any(self.run_dir.iterdir()):
+                raise UserError(f"run directory '{self.run_dir}' already exists; choose another train.name "
+                                f"or continue it with resume={self.run_dir / 'checkpoints' / 'last.safetensors'}")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+        self.eval_env = None
+
+    # ---- state ---------------------------------------------------------------------------------
+    def trainer_state(self, wall: float) -> dict:
+        return {"env_steps": self.env_steps, "iteration": self.iteration, "best_success": self.best_success,
+                "lr": self.algo.lr, "run_dir": str(self.run_dir), "last_eval": self.last_eval, "wall_time_s": wall}
+
+    def save(self, name: str, wall: float) -> Path:
+        path = self.run_dir / "checkpoints" / f"{name}.safetensors"
+        save_checkpoint(path, self.policy, self.algo.optimizer, config_to_dict(self.cfg), self.trainer_state(wall))
+        return path
+
+    def run_eval(self, wall: float) -> dict[str, float]:
+        t = self.cfg.train
+        if self.eval_env is None:
+            self.eval_env = make_env(self.cfg.env, min(t.eval_envs, t.eval_episodes), t.seed + 1, self.device)
+        video = None
+        if t.video and self.cfg.env.id.startswith("mujoco/"):
+            (self.run_dir / "videos").mkdir(exist_ok=True)
+            video = self.run_dir / "videos" / f"eval_{self.env_steps:09d}.mp4"
+        self.policy.eval()
+        result = evaluate(self.policy, self.eval_env, t.eval_episodes, seed=t.seed + 1000,
+                          video_path=video, video_envs=t.video_envs)
+        self.policy.train()
+        self.last_eval = result
+        if result["success_rate"] > self.best_success:
+            self.best_success = result["success_rate"]
+            self.save("best", wall)
+        return result
+
+    def summary(self, wall: float) -> dict:
+        return {"success_rate": self.last_eval.get("success_rate", float("nan")),
+                "success_once": self.last_eval.get("success_once", float("nan")),
+                "mean_return": self.last_eval.get("mean_return", float("nan")),
+                "best_success_rate": self.best_success, "env_steps": self.env_steps,
+                "iterations": self.iteration, "wall_time_s": round(wall, 2), "env": self.cfg.env.id,
+                "run_dir": str(self.run_dir)}
+
+    # ---- the loop -----------------------------------------------------------------------------
+    def train(self) -> dict:
+        cfg, t = self.cfg, self.cfg.train
+        N, T = self.env.num_envs, t.rollout_steps
+        steps_per_iter = N * T
+        total_iters = math.ceil(t.total_steps / steps_per_iter)
+        buffer = RolloutBuffer(T, N, self.device)
+        logger = Logger(self.run_dir, total_iters * steps_per_iter, self.env_steps, t.progress)
+        gen = torch.Generator().manual_seed(t.seed + self.iteration)
+        start = time.time()
+        wall = self.wall_time_prev
+        obs = self.env.reset(seed=t.seed + self.iteration)
+        if self.iteration == 0:
+            self.policy.update_normalizer(obs)
+        ep_returns: list[float] = []
+        ep_success: list[float] = []
+        try:
+            while self.iteration < total_iters:
+                it_start = time.time()
+                with torch.no_grad():
+                    for _ in range(T):
+                        act = self.policy.act(obs)
+                        next_obs, reward, term, trunc, info = self.env.step(act.action)
+                        if trunc.any():  # time-out: not a real end, bootstrap with V(final_obs)
+                            final_v = self.policy.value({k: v for k, v in info["final_obs"].items()
+                                                         if isinstance(v, torch.Tensor)})
+                            reward = reward + cfg.algo.gamma * final_v * trunc.float()
+                        buffer.add(obs, act, reward, term | trunc)
+                        if "episode" in info:
+                            done = info["done"]
+                            ep_returns += info["episode"]["return"][done].tolist()
+                            ep_success += info["episode"]["success_at_end"][done].float().tolist()
+                        obs = next_obs
+                    buffer.finish(self.policy.value(obs), cfg.algo.gamma, cfg.algo.gae_lambda)
+                collect_time = time.time() - it_start
+                stats = self.algo.update(buffer, gen)
+                self.policy.update_normalizer(buffer.obs)
+                self.iteration += 1
+                self.env_steps += steps_per_iter
+                wall = self.wall_time_prev + time.time() - start
+                sps = steps_per_iter / (time.time() - it_start)
+                stats.update(sps=sps, collect_sps=steps_per_iter / collect_time)
+                logger.scalars("train", stats, self.env_steps)
+                if ep_returns:
+                    logger.scalars("rollout", {"return": sum(ep_returns) / len(ep_returns),
+                                               "success": sum(ep_success) / len(ep_success)}, self.env_steps)
+                postfix = {"sps": sps, "ret": sum(ep_returns) / len(ep_returns) if ep_returns else 0.0}
+                ep_returns, ep_success = [], []
+                last = self.iteration == total_iters or (t.max_minutes and wall > 60 * t.max_minutes)
+                if self.iteration % t.eval_every == 0 or last:
+                    result = self.run_eval(wall)
+                    logger.scalars("eval", result, self.env_steps)
+                    write_json(self.run_dir / "summary.json", self.summary(wall))
+                    logger.bar.write(f"[{self.env_steps} steps, {wall:.0f}s] eval success {result['success_rate']:.3f} "
+                                     f"(once {result['success_once']:.3f}) return {result['mean_return']:.2f}")
+                if "success_rate" in self.last_eval:
+                    postfix["eval_success"] = self.last_eval["success_rate"]
+                logger.advance(steps_per_iter, postfix)
+                if self.iteration % t.save_every == 0 or last:
+                    self.save("last", wall)
+                if last:
+                    break
+        except KeyboardInterrupt:
+            logger.bar.write("interrupted: saving the last checkpoint")
+            self.save("last", wall)
+        finally:
+            logger.close()
+        summary = self.summary(wall)
+        write_json(self.run_dir / "summary.json", summary)
+        self.env.close()
+        if self.eval_env is not None:
+            self.eval_env.close()
+        return summary

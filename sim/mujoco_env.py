@@ -1,0 +1,213 @@
+"""Batched MuJoCo backend: N copies of one model stepped by `mujoco.rollout`'s native thread pool.
+
+The physics state of all N worlds lives in one float64 array (MuJoCo's full-physics state vector per
+row); torch views of it give tasks `qpos` / `qvel` without copies. One control step is one
+`rollout` call of `substeps` physics steps for all worlds at once, so no Python loop runs over envs.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+import torch
+from mujoco import rollout
+
+from sim.errors import SimError
+from sim.vec_env import Obs, VecEnv
+
+FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
+
+
+class MujocoVecEnv(VecEnv):
+    """Base class of batched MuJoCo tasks (ManiSkill-style: one subclass per task).
+
+    Subclasses implement `_reset_idx`, `_action_to_ctrl`, `_state_obs` and `_evaluate`; the
+    base class owns physics, time limits, auto-reset, episode statistics, seeding and rendering.
+    """
+
+    action_dim_: int = 0
+    instruction: str = ""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        num_envs: int = 1,
+        *,
+        substeps: int = 10,
+        episode_length: int = 100,
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        nthread: int | None = None,
+        obs_mode: str = "state",
+        render_size: tuple[int, int] = (128, 128),
+        camera: str = "front",
+    ) -> None:
+        if obs_mode not in ("state", "rgb"):
+            raise SimError(f"obs_mode must be 'state' or 'rgb', got '{obs_mode}'")
+        if num_envs < 1:
+            raise SimError(f"num_envs must be >= 1, got {num_envs}")
+        self.model = mujoco.MjModel.from_xml_path(str(model_path))
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.substeps = substeps
+        self.max_episode_steps = episode_length
+        self.control_dt = substeps * self.model.opt.timestep
+        self.obs_mode = obs_mode
+        self.render_size = tuple(render_size)
+        self.camera = camera
+        nthread = nthread or min(os.cpu_count() or 1, num_envs)
+        self._datas = [mujoco.MjData(self.model) for _ in range(nthread)]
+        self._models = [self.model] * num_envs
+        self._pool = rollout.Rollout(nthread=nthread)
+        self._renderer = None
+
+        nq, nv, nu = self.model.nq, self.model.nv, self.model.nu
+        nstate = mujoco.mj_stateSize(self.model, FULL)
+        data = mujoco.MjData(self.model)
+        mujoco.mj_forward(self.model, data)
+        init = np.empty(nstate)
+        mujoco.mj_getState(self.model, data, init, FULL)
+        self.state = np.tile(init, (num_envs, 1))
+        self.initial_state = torch.from_numpy(init)
+        self._out = np.empty((num_envs, substeps, nstate))
+        self._sensors = np.empty((num_envs, substeps, self.model.nsensordata))
+        self._ctrl = np.empty((num_envs, substeps, nu))
+        st = torch.from_numpy(self.state)  # shares memory with self.state
+        self.sim_time = st[:, 0]
+        self.qpos = st[:, 1 : 1 + nq]
+        self.qvel = st[:, 1 + nq : 1 + nq + nv]
+        self._state_t = st
+
+        self.elapsed = torch.zeros(num_envs, dtype=torch.long)
+        self.episode_return = torch.zeros(num_envs)
+        self.success_once = torch.zeros(num_envs, dtype=torch.bool)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.state_version = 0  # bumped whenever the physics state changes; tasks key caches on it
+        self._setup()
+
+        spaces: dict[str, gym.spaces.Space] = {}
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (self.action_dim_,), np.float32)
+        dim = self._state_obs().shape[-1]
+        spaces["state"] = gym.spaces.Box(-np.inf, np.inf, (dim,), np.float32)
+        if obs_mode == "rgb":
+            h, w = self.render_size
+            spaces["rgb"] = gym.spaces.Box(0, 255, (h, w, 3), np.uint8)
+        self.observation_space = gym.spaces.Dict(spaces)
+
+    # ---- hooks for tasks -------------------------------------------------------------------
+    def _setup(self) -> None:
+        """Allocate task buffers (goals, controller state) once the model and N are known."""
+
+    def _reset_idx(self, env_ids: torch.Tensor) -> None:
+        """Sample initial states for `env_ids` (write `self.qpos` / `self.qvel` rows, task buffers)."""
+        raise NotImplementedError
+
+    def _action_to_ctrl(self, action: torch.Tensor) -> torch.Tensor:
+        """Map actions in [-1, 1] (N×A, CPU float64) to MuJoCo controls (N×nu)."""
+        raise NotImplementedError
+
+    def _state_obs(self) -> torch.Tensor:
+        """The `state` observation, N×D float (CPU)."""
+        raise NotImplementedError
+
+    def _evaluate(self) -> dict[str, torch.Tensor]:
+        """reward (N), success (N bool), labels (N×P bool), optional terminated (N bool), cost (N)."""
+        raise NotImplementedError
+
+    def _markers(self) -> list[tuple[torch.Tensor, tuple[float, float, float, float], float]]:
+        """Per-env visual markers (positions N×3, rgba, radius) drawn into rendered frames."""
+        return []
+
+    # ---- the VecEnv contract ---------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> Obs:
+        if seed is not None:
+            self.generator.manual_seed(seed)
+        self._reset_envs(torch.ones(self.num_envs, dtype=torch.bool))
+        return self._obs()
+
+    def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        action = torch.as_tensor(action).detach().to("cpu", torch.float64)
+        if action.shape != (self.num_envs, self.action_dim_):
+            raise SimError(f"action must have shape ({self.num_envs}, {self.action_dim_}), got {tuple(action.shape)}")
+        ctrl = self._action_to_ctrl(action.clamp(-1.0, 1.0))
+        self._ctrl[:] = ctrl.numpy()[:, None, :]
+        self._pool.rollout(self._models, self._datas, self.state, self._ctrl, skip_checks=True,
+                           nstep=self.substeps, state=self._out, sensordata=self._sensors)
+        np.copyto(self.state, self._out[:, -1])
+        self.state_version += 1
+        self.elapsed += 1
+
+        ev = self._evaluate()
+        reward = ev["reward"].float()
+        success = ev["success"]
+        terminated = ev.get("terminated", torch.zeros(self.num_envs, dtype=torch.bool))
+        truncated = (self.elapsed >= self.max_episode_steps) & ~terminated
+        self.episode_return += reward
+        self.success_once |= success
+        info: dict[str, Any] = {"success": success, "labels": ev["labels"]}
+        if "cost" in ev:
+            info["cost"] = ev["cost"].float()
+        obs = self._obs()
+        done = terminated | truncated
+        if done.any():
+            info["final_obs"] = obs
+            info["episode"] = {
+                "return": self.episode_return.clone(), "length": self.elapsed.clone(),
+                "success_once": self.success_once.clone(), "success_at_end": success.clone(),
+            }
+            self._reset_envs(done)
+            obs = self._obs()
+        info["done"] = done
+        return obs, reward.to(self.device), terminated.to(self.device), truncated.to(self.device), self._to_device(info)
+
+    def render(self, env_ids: list[int] | None = None) -> torch.Tensor:
+        from sim.render import BatchRenderer
+
+        if self._renderer is None:
+            h, w = self.render_size
+            self._renderer = BatchRenderer(self.model, h, w, self.camera)
+        ids = list(range(self.num_envs)) if env_ids is None else list(env_ids)
+        markers = [(pos[ids], rgba, size) for pos, rgba, size in self._markers()]
+        return self._renderer.render(self.state[ids], markers)
+
+    def close(self) -> None:
+        self._pool.close()
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def _reset_envs(self, mask: torch.Tensor) -> None:
+        ids = mask.nonzero().flatten()
+        self._state_t[ids] = self.initial_state
+        self._reset_idx(ids)
+        self.state_version += 1
+        self.elapsed[ids] = 0
+        self.episode_return[ids] = 0.0
+        self.success_once[ids] = False
+
+    def _obs(self) -> Obs:
+        obs: Obs = {"state": self._state_obs().float().to(self.device)}
+        if self.obs_mode == "rgb":
+            obs["rgb"] = self.render().to(self.device)
+        if self.instruction:
+            obs["instruction"] = [self.instruction] * self.num_envs
+        return obs
+
+    def _to_device(self, info: dict) -> dict:
+        if self.device.type == "cpu":
+            return info
+        return {k: (v.to(self.device) if isinstance(v, torch.Tensor) else
+                    self._to_device(v) if isinstance(v, dict) else v)
+                for k, v in info.items()}
+
+    def uniform(self, n: int, low: Any, high: Any) -> torch.Tensor:
+        """n samples uniform in [low, high] (broadcast per dim) from the env's seeded generator."""
+        low = torch.as_tensor(low, dtype=torch.float64)
+        high = torch.as_tensor(high, dtype=torch.float64)
+        u = torch.rand((n, *low.shape), generator=self.generator, dtype=torch.float64)
+        return low + (high - low) * u

@@ -1,0 +1,50 @@
+"""Headless batched rendering of MuJoCo state rows (EGL by default; see `sim/__init__.py`)."""
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+import torch
+
+FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
+Marker = tuple[torch.Tensor, tuple[float, float, float, float], float]
+
+
+class BatchRenderer:
+    """Renders each world's state through one offscreen context; markers are per-env spheres."""
+
+    def __init__(self, model: mujoco.MjModel, height: int, width: int, camera: str | int = -1) -> None:
+        model.vis.global_.offheight = max(model.vis.global_.offheight, height)
+        model.vis.global_.offwidth = max(model.vis.global_.offwidth, width)
+        model.vis.quality.shadowsize = 0
+        model.vis.quality.offsamples = 0
+        try:
+            self.renderer = mujoco.Renderer(model, height, width)
+        except Exception as exc:  # the GL backend is missing or broken
+            raise RuntimeError(
+                f"MuJoCo could not open an offscreen GL context ({exc}); install EGL "
+                "(Debian: apt-get install libegl1 libgl1) or set MUJOCO_GL=osmesa") from exc
+        self.model = model
+        self.data = mujoco.MjData(model)
+        self.camera = camera
+        self.height, self.width = height, width
+
+    def render(self, states: np.ndarray, markers: list[Marker] = ()) -> torch.Tensor:
+        frames = np.empty((len(states), self.height, self.width, 3), np.uint8)
+        for i, row in enumerate(states):
+            mujoco.mj_setState(self.model, self.data, row, FULL)
+            mujoco.mj_kinematics(self.model, self.data)
+            mujoco.mj_camlight(self.model, self.data)
+            self.renderer.update_scene(self.data, camera=self.camera)
+            scene = self.renderer.scene
+            for pos, rgba, radius in markers:
+                if scene.ngeom >= scene.maxgeom:
+                    break
+                mujoco.mjv_initGeom(scene.geoms[scene.ngeom], mujoco.mjtGeom.mjGEOM_SPHERE,
+                                    np.array([radius, 0, 0]), pos[i].numpy().astype(np.float64),
+                                    np.eye(3).flatten(), np.asarray(rgba, np.float32))
+                scene.ngeom += 1
+            frames[i] = self.renderer.render()
+        return torch.from_numpy(frames)
+
+    def close(self) -> None:
+        self.renderer.close()

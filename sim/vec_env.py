@@ -1,0 +1,75 @@
+"""The batched environment contract every simulator backend keeps (see DESIGN.md, "VecEnv")."""
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+Obs = dict[str, Any]
+
+
+class VecEnv:
+    """N environments stepped together; everything in and out is a torch tensor with leading dim N.
+
+    Subclasses set `num_envs`, `device`, `observation_space` (per-env `spaces.Dict`), `action_space`
+    (per-env `Box` in [-1, 1]), `label_names`, and implement `reset` and `step`. Environments that end
+    reset themselves inside `step`; `info["final_obs"]` then holds their last observation.
+    """
+
+    num_envs: int
+    device: torch.device
+    observation_space: gym.spaces.Dict
+    action_space: gym.spaces.Box
+    label_names: tuple[str, ...] = ()
+    max_episode_steps: int | None = None
+    control_dt: float = 0.05
+
+    def reset(self, seed: int | None = None) -> Obs:
+        raise NotImplementedError
+
+    def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        raise NotImplementedError
+
+    def render(self, env_ids: list[int] | None = None) -> torch.Tensor:
+        """RGB frames of the given (default: all) environments, uint8 n×H×W×3."""
+        raise NotImplementedError(f"{type(self).__name__} does not render")
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def action_dim(self) -> int:
+        return int(self.action_space.shape[0])
+
+    def __enter__(self) -> "VecEnv":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def select_rows(obs: Obs, mask: torch.Tensor) -> Obs:
+    """The rows of a batched observation where `mask` holds (strings included)."""
+    out: Obs = {}
+    for key, value in obs.items():
+        if isinstance(value, torch.Tensor):
+            out[key] = value[mask]
+        else:
+            idx = mask.nonzero().flatten().tolist()
+            out[key] = [value[i] for i in idx]
+    return out
+
+
+def clone_obs(obs: Obs) -> Obs:
+    return {k: (v.clone() if isinstance(v, torch.Tensor) else list(v)) for k, v in obs.items()}
+
+
+def merge_rows(dst: Obs, src: Obs, mask: torch.Tensor) -> None:
+    """dst[mask] = src[mask] for every key, in place."""
+    for key, value in src.items():
+        if isinstance(value, torch.Tensor):
+            dst[key][mask] = value[mask]
+        else:
+            for i in mask.nonzero().flatten().tolist():
+                dst[key][i] = value[i]

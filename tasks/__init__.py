@@ -1,0 +1,11 @@
+"""Embedded arm tasks (MJCF in `tasks/assets`, no downloads). Importing registers `mujoco/<Task>`."""
+from tasks.pick_place import PickPlaceEnv, PickPlaceExpert
+from tasks.push import PushEnv, PushExpert
+from tasks.reach import ReachEnv, ReachExpert
+from tasks.stack import StackEnv, StackExpert
+
+EXPERTS = {"mujoco/Reach": ReachExpert, "mujoco/Push": PushExpert,
+           "mujoco/PickPlace": PickPlaceExpert, "mujoco/Stack": StackExpert}
+
+__all__ = ["EXPERTS", "PickPlaceEnv", "PushEnv", "ReachEnv", "StackEnv",
+           "PickPlaceExpert", "PushExpert", "ReachExpert", "StackExpert"]
