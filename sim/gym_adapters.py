@@ -119,7 +119,9 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         if "final_obs" in info:
             done = info["done"].cpu().numpy()
             final = _to_numpy(info["final_obs"], self.keys)
-            out["final_obs"] = np.array([final[i] if done[i] else None for i in range(self.num_envs)], dtype=object)
+            out["final_obs"] = np.empty(self.num_envs, dtype=object)  # Gymnasium's layout: one entry per env
+            for i in np.flatnonzero(done):
+                out["final_obs"][i] = {k: v[i] for k, v in final.items()} if isinstance(final, dict) else final[i]
             out["_final_obs"] = done
         return (_to_numpy(obs, self.keys), reward.cpu().numpy().astype(np.float64),
                 term.cpu().numpy(), trunc.cpu().numpy(), out)

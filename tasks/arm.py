@@ -41,7 +41,7 @@ class ArmEnv(MujocoVecEnv):
     def _setup(self) -> None:
         self.chain = SerialChain(self.model, "tcp")
         self.down = self.chain.forward(HOME[None])[1][0]  # gripper orientation held by the IK
-        self._kin_cache: tuple[int, torch.Tensor] | None = None
+        self._kin_cache: tuple[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] | None = None
 
     # ---- kinematics -------------------------------------------------------------------------
     @property
@@ -53,12 +53,16 @@ class ArmEnv(MujocoVecEnv):
         """Distance between the finger pads (m)."""
         return self.qpos[:, 7] + self.qpos[:, 8]
 
+    def kinematics(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """TCP position, rotation and Jacobian, computed once per physics state (obs, reward and IK share it)."""
+        if self._kin_cache is None or self._kin_cache[0] != self.state_version:
+            self._kin_cache = (self.state_version, self.chain.jacobian(self.arm_q))
+        return self._kin_cache[1]
+
     @property
     def tcp(self) -> torch.Tensor:
-        """Tool-centre-point position N×3, cached until the physics state changes."""
-        if self._kin_cache is None or self._kin_cache[0] != self.state_version:
-            self._kin_cache = (self.state_version, self.chain.forward(self.arm_q)[0])
-        return self._kin_cache[1]
+        """Tool-centre-point position N×3."""
+        return self.kinematics()[0]
 
     def is_grasping(self, obj_pos: torch.Tensor) -> torch.Tensor:
         """Cube held between the pads: close to the TCP and the gap about one cube wide."""
@@ -77,7 +81,7 @@ class ArmEnv(MujocoVecEnv):
         q = self.arm_q
         if self.controller == "ee_delta_pos":
             target = (self.tcp + action[:, :3] * self.max_ee_step).clamp(TCP_LOW, TCP_HIGH)
-            q_target = q + self.ik_step(q, target)
+            q_target = q + self.ik_step(q, target, *self.kinematics())
         elif self.controller == "joint_delta_pos":
             q_target = q + action[:, :7] * self.max_joint_step
         else:
@@ -86,10 +90,10 @@ class ArmEnv(MujocoVecEnv):
         finger = (action[:, -1:] + 1) / 2 * FINGER_OPEN
         return torch.cat([q_target, finger, finger], -1)
 
-    def ik_step(self, q: torch.Tensor, target: torch.Tensor, damping: float = 0.05) -> torch.Tensor:
-        """Damped least-squares joint step toward `target` with the gripper pointing down;
-        the null space pulls toward the home posture."""
-        p, R, J = self.chain.jacobian(q)
+    def ik_step(self, q: torch.Tensor, target: torch.Tensor, p: torch.Tensor, R: torch.Tensor, J: torch.Tensor,
+                damping: float = 0.05) -> torch.Tensor:
+        """Damped least-squares joint step toward `target` with the gripper pointing down, from the TCP
+        pose (p, R) and Jacobian J at q; the null space pulls toward the home posture."""
         rot_err = 0.5 * torch.linalg.cross(R, self.down.expand_as(R), dim=1).sum(-1)
         err = torch.cat([target - p, rot_err], -1)
         JJt = J @ J.transpose(1, 2) + damping**2 * torch.eye(6, dtype=J.dtype)

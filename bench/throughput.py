@@ -1,0 +1,193 @@
+"""Throughput on the Push scene, all measured in one run on this machine:
+
+1. raw batched MuJoCo (`mujoco.rollout`, same model, substeps and thread count, constant controls),
+2. our VecEnv (controller IK, observations, rewards, auto-reset included),
+3. our PPO end to end (collect + update),
+4. Stable-Baselines3 PPO on the same task through our Gymnasium adapter, same envs, network, batch sizes.
+
+Prints a table and, last, `vecenv/raw=X ppo/sb3=Y` (both at the largest N).
+Usage: python bench/throughput.py [--sizes 16 64 256] [--seconds 10]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import mujoco
+import numpy as np
+import torch
+from mujoco import rollout
+
+import tasks  # noqa: F401
+import sim
+from roborl.algos.ppo import PPO
+from roborl.buffer import RolloutBuffer
+from roborl.builder import make_policy
+from roborl.config import Config
+
+ENV_ID = "mujoco/Push"
+
+
+def timed(fn, seconds: float) -> float:
+    """Calls fn() (which returns how many env steps it did) until `seconds` pass; env steps per second."""
+    fn()  # warm-up
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        steps += fn()
+    return steps / (time.perf_counter() - start)
+
+
+def raw_mujoco(n: int, seconds: float) -> float:
+    env = sim.make(ENV_ID, n)
+    env.reset()
+    model, substeps = env.model, env.substeps
+    nthread = len(env._datas)
+    datas = [mujoco.MjData(model) for _ in range(nthread)]
+    state = env.state.copy()
+    ctrl = np.tile(env._action_to_ctrl(torch.zeros(n, env.action_dim, dtype=torch.float64)).numpy()[:, None], (1, substeps, 1))
+    out = np.empty((n, substeps, state.shape[1]))
+    sens = np.empty((n, substeps, 0))
+    env.close()
+    with rollout.Rollout(nthread=nthread) as pool:
+        def step() -> int:
+            pool.rollout([model] * n, datas, state, ctrl, skip_checks=True, nstep=substeps, state=out, sensordata=sens)
+            np.copyto(state, out[:, -1])
+            return n
+        return timed(step, seconds)
+
+
+def our_vecenv(n: int, seconds: float) -> float:
+    env = sim.make(ENV_ID, n)
+    env.reset()
+    action = torch.zeros(n, env.action_dim)
+    gen = torch.Generator().manual_seed(0)
+
+    def step() -> int:
+        action.uniform_(-1, 1, generator=gen)
+        env.step(action)
+        return n
+    sps = timed(step, seconds)
+    env.close()
+    return sps
+
+
+def ppo_config(n: int) -> Config:
+    cfg = Config()
+    cfg.env.id, cfg.env.num_envs = ENV_ID, n
+    cfg.policy.hidden = [256, 256]
+    cfg.algo.epochs, cfg.algo.minibatches = 4, 4
+    cfg.train.rollout_steps = 32
+    return cfg
+
+
+def our_ppo(n: int, seconds: float) -> float:
+    cfg = ppo_config(n)
+    env = sim.make(ENV_ID, n)
+    policy = make_policy(cfg.policy, env)
+    algo = PPO(policy, cfg.algo)
+    buf = RolloutBuffer(cfg.train.rollout_steps, n, torch.device("cpu"))
+    state = {"obs": env.reset()}
+
+    def iteration() -> int:
+        obs = state["obs"]
+        with torch.no_grad():
+            for _ in range(cfg.train.rollout_steps):
+                act = policy.act(obs)
+                nxt, r, te, tr, info = env.step(act.action)
+                buf.add(obs, act, r, te | tr)
+                obs = nxt
+            buf.finish(policy.value(obs), cfg.algo.gamma, cfg.algo.gae_lambda)
+        algo.update(buf)
+        state["obs"] = obs
+        return n * cfg.train.rollout_steps
+    sps = timed(iteration, seconds)
+    env.close()
+    return sps
+
+
+def sb3_ppo(n: int, seconds: float, batched: bool) -> float:
+    """SB3 PPO, as SB3 users run it (`DummyVecEnv` over N single-env `gymnasium.Env` adapters) or,
+    with `batched`, over one shim that feeds SB3 our batched VecEnv through the Gymnasium vector adapter."""
+    from stable_baselines3 import PPO as SB3PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+    from stable_baselines3.common.vec_env import VecEnv as SB3VecEnv
+
+    from sim.gym_adapters import GymnasiumEnv, GymnasiumVectorEnv
+
+    class SB3Adapter(SB3VecEnv):
+        """SB3's VecEnv interface over our Gymnasium vector adapter (bench only)."""
+
+        def __init__(self, venv: GymnasiumVectorEnv) -> None:
+            self.venv = venv
+            super().__init__(venv.num_envs, venv.single_observation_space, venv.single_action_space)
+
+        def reset(self):
+            return self.venv.reset()[0]
+
+        def step_async(self, actions):
+            self._actions = actions
+
+        def step_wait(self):
+            obs, rew, term, trunc, info = self.venv.step(self._actions)
+            done = term | trunc
+            infos = [{} for _ in range(self.num_envs)]
+            for i in np.flatnonzero(done):
+                infos[i]["terminal_observation"] = info["final_obs"][i]
+                infos[i]["TimeLimit.truncated"] = bool(trunc[i] and not term[i])
+            return obs, rew.astype(np.float32), done, infos
+
+        def close(self):
+            self.venv.close()
+
+        def get_attr(self, name, indices=None):
+            return [getattr(self, name, None)] * self.num_envs
+
+        def set_attr(self, name, value, indices=None):
+            pass
+
+        def env_method(self, name, *args, indices=None, **kwargs):
+            return [None] * self.num_envs
+
+        def env_is_wrapped(self, wrapper_class, indices=None):
+            return [False] * self.num_envs
+
+        def seed(self, seed=None):
+            return [None] * self.num_envs
+
+    cfg = ppo_config(n)
+    if batched:
+        venv = SB3Adapter(GymnasiumVectorEnv(sim.make(ENV_ID, n)))
+    else:
+        venv = DummyVecEnv([lambda i=i: GymnasiumEnv(sim.make(ENV_ID, 1, seed=i, nthread=1)) for i in range(n)])
+    steps = cfg.train.rollout_steps
+    model = SB3PPO("MlpPolicy", venv, n_steps=steps, batch_size=n * steps // cfg.algo.minibatches,
+                   n_epochs=cfg.algo.epochs, policy_kwargs={"net_arch": list(cfg.policy.hidden)},
+                   device="cpu", verbose=0)
+    sps = timed(lambda: (model.learn(n * steps, reset_num_timesteps=False), n * steps)[1], seconds)
+    venv.close()
+    return sps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[16, 64, 256])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    rows = []
+    print(f"{'N':>5} {'raw mujoco':>11} {'our vecenv':>11} {'vecenv/raw':>10} {'our ppo':>9} "
+          f"{'sb3 ppo':>9} {'ppo/sb3':>8} {'sb3 batched':>12} {'ppo/sb3b':>9}")
+    for n in args.sizes:
+        raw, ours = raw_mujoco(n, args.seconds), our_vecenv(n, args.seconds)
+        ppo, sb3, sb3b = our_ppo(n, args.seconds), sb3_ppo(n, args.seconds, False), sb3_ppo(n, args.seconds, True)
+        rows.append((n, raw, ours, ppo, sb3))
+        print(f"{n:>5} {raw:>11.0f} {ours:>11.0f} {ours / raw:>10.2f} {ppo:>9.0f} {sb3:>9.0f} {ppo / sb3:>8.2f} "
+              f"{sb3b:>12.0f} {ppo / sb3b:>9.2f}", flush=True)
+    n, raw, ours, ppo, sb3 = rows[-1]
+    print("env steps per second. sb3 ppo: DummyVecEnv over N one-env Gymnasium adapters (how SB3 runs envs);")
+    print("sb3 batched: SB3 fed our batched VecEnv through a shim, so both share the same physics cost.")
+    print(f"vecenv/raw={ours / raw:.2f} ppo/sb3={ppo / sb3:.2f}")
+
+
+if __name__ == "__main__":
+    main()
