@@ -6,6 +6,13 @@ import torch
 from policies.act import Act
 
 
+def bootstrap_timeouts(reward: torch.Tensor, truncated: torch.Tensor, final_value: torch.Tensor,
+                       gamma: float) -> torch.Tensor:
+    """A time-out is not an end of the task: add γ·V(final_obs) to the reward of truncated envs, so that
+    GAE can cut the chain at every done without biasing values toward zero."""
+    return reward + gamma * final_value * truncated.float()
+
+
 def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_value: torch.Tensor,
         gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalized advantage estimation over T×N tensors.

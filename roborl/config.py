@@ -155,7 +155,15 @@ def _merge(base: dict, extra: dict) -> dict:
 
 
 def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+    """The run's config: the YAML file (or, with only `resume=PATH`, the checkpoint's own config)
+    with the `key=value` overrides applied on top."""
     data: dict = {}
+    extra = parse_overrides(list(overrides))
+    resume = extra.get("train", {}).get("resume")
+    if path is None and resume:
+        from roborl.checkpoint import Checkpoint
+
+        data = Checkpoint(resume).config
     if path is not None:
         path = Path(path)
         if not path.is_file():
@@ -164,7 +172,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
             data = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as exc:
             raise UserError(f"config file '{path}' is not valid YAML: {str(exc).splitlines()[0]}") from exc
-    return config_from_dict(_merge(data, parse_overrides(list(overrides))))
+    return config_from_dict(_merge(data, extra))
 
 
 def config_from_dict(data: dict) -> Config:

@@ -12,10 +12,10 @@ import torch
 import yaml
 
 from roborl.algos.ppo import PPO
-from roborl.buffer import RolloutBuffer
+from roborl.buffer import RolloutBuffer, bootstrap_timeouts
 from roborl.builder import build, make_env, resolve_device
 from roborl.checkpoint import Checkpoint, save_checkpoint
-from roborl.config import Config, config_from_dict, config_to_dict
+from roborl.config import Config, config_to_dict
 from roborl.errors import UserError
 from roborl.evaluate import evaluate
 from roborl.logger import Logger
@@ -31,10 +31,6 @@ class Trainer:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
         resume = Checkpoint(cfg.train.resume) if cfg.train.resume else None
-        if resume is not None:  # the checkpoint's run continues; command-line training options still apply
-            saved = config_from_dict(resume.config)
-            saved.train = cfg.train
-            self.cfg = cfg = saved
         self.device = resolve_device(cfg.train.device)
         torch.set_num_threads(cfg.train.threads or max(1, (os.cpu_count() or 1) // 2))
         torch.manual_seed(cfg.train.seed)
@@ -126,10 +122,9 @@ class Trainer:
                     for _ in range(T):
                         act = self.policy.act(obs)
                         next_obs, reward, term, trunc, info = self.env.step(act.action)
-                        if trunc.any():  # time-out: not a real end, bootstrap with V(final_obs)
-                            final_v = self.policy.value({k: v for k, v in info["final_obs"].items()
-                                                         if isinstance(v, torch.Tensor)})
-                            reward = reward + cfg.algo.gamma * final_v * trunc.float()
+                        if trunc.any():
+                            final_v = self.policy.value(info["final_obs"])
+                            reward = bootstrap_timeouts(reward, trunc, final_v, cfg.algo.gamma)
                         buffer.add(obs, act, reward, term | trunc)
                         if "episode" in info:
                             done = info["done"]

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Set-up on a fresh machine: creates .venv in the repository root if missing, installs PyTorch
+# (CPU 2.13.0 unless a torch is already in .venv), then roborl with its test and bench extras.
+# GPU users: put a CUDA build of torch in .venv first, e.g.
+#   python3 -m venv .venv && .venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cu128
+# and this script keeps it (every later install is constrained to the torch that is there).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
+"${PIP[@]}" install --upgrade pip
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  "${PIP[@]}" install "torch==2.13.0"
+fi
+torch_version=$(.venv/bin/python -c "import torch; print(torch.__version__.split('+')[0])")
+mkdir -p .venv/roborl
+echo "torch==${torch_version}" > .venv/roborl/constraints.txt
+"${PIP[@]}" install -c .venv/roborl/constraints.txt -e ".[test,bench]"
+echo "roborl installed in .venv (torch ${torch_version}); try: .venv/bin/roborl train configs/ppo_reach.yaml"

@@ -1,0 +1,43 @@
+"""Bad input: one line that says what is wrong, exit code 2, no traceback, nothing written."""
+import pytest
+
+from helpers import ROOT, roborl
+
+REACH = str(ROOT / "configs" / "ppo_reach.yaml")
+
+
+def assert_one_line_error(proc, *fragments: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("roborl: error: ")
+    assert "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("overrides,fragments", [
+    (["algo.lerning_rate=0.1"], ["unknown config key 'algo.lerning_rate'", "valid keys here"]),
+    (["algo.clp=0.1"], ["unknown config key 'algo.clp'", "did you mean 'clip'"]),
+    (["env.num_envs=lots"], ["'env.num_envs' must be int"]),
+    (["env.id=mujoco/Pusj"], ["unknown environment 'mujoco/Pusj'", "did you mean mujoco/Push", "mujoco/Stack"]),
+    (["env.id=isaac/Lift"], ["unknown environment 'isaac/Lift'", "available:"]),
+    (["env.controller=torque"], ["unknown controller 'torque'", "ee_delta_pos"]),
+    (["train.device=cuda:3"], ["no CUDA device"]),
+])
+def test_bad_config_is_one_line(tmp_path, overrides, fragments):
+    proc = roborl("train", REACH, f"train.run_dir={tmp_path}", "train.name=bad", *overrides)
+    assert_one_line_error(proc, *fragments)
+    assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").rglob("*.safetensors"))
+
+
+def test_missing_config_file(tmp_path):
+    assert_one_line_error(roborl("train", str(tmp_path / "none.yaml")), "does not exist")
+
+
+def test_corrupt_checkpoint_is_refused(tmp_path):
+    bad = tmp_path / "last.safetensors"
+    bad.write_bytes(b"\x00garbage" * 100)
+    assert_one_line_error(roborl("eval", str(bad)), str(bad), "corrupt")
+    assert_one_line_error(roborl("train", f"resume={bad}"), str(bad), "corrupt")
+    assert_one_line_error(roborl("eval", str(tmp_path / "missing.safetensors")), "does not exist")

@@ -1,0 +1,33 @@
+import mujoco
+import numpy as np
+import torch
+
+from sim.kinematics import SerialChain
+from tasks.arm import ASSETS
+
+
+def test_forward_and_jacobian_match_mujoco():
+    model = mujoco.MjModel.from_xml_path(str(ASSETS / "stack.xml"))
+    data = mujoco.MjData(model)
+    chain = SerialChain(model, "tcp")
+    assert chain.dof == 7
+    q = torch.rand(6, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 3 - 1.5
+    p, R, J = chain.jacobian(q)
+    site = model.site("tcp").id
+    for i in range(len(q)):
+        data.qpos[:7] = q[i].numpy()
+        mujoco.mj_forward(model, data)
+        jp, jr = np.zeros((3, model.nv)), np.zeros((3, model.nv))
+        mujoco.mj_jacSite(model, data, jp, jr, site)
+        np.testing.assert_allclose(p[i].numpy(), data.site_xpos[site], atol=1e-12)
+        np.testing.assert_allclose(R[i].numpy().ravel(), data.site_xmat[site], atol=1e-12)
+        np.testing.assert_allclose(J[i, :3].numpy(), jp[:, :7], atol=1e-12)
+        np.testing.assert_allclose(J[i, 3:].numpy(), jr[:, :7], atol=1e-12)
+
+
+def test_joint_limits_are_the_panda_datasheet():
+    model = mujoco.MjModel.from_xml_path(str(ASSETS / "reach.xml"))
+    chain = SerialChain(model, "tcp")
+    upper = torch.tensor([2.8973, 1.7628, 2.8973, -0.0698, 2.8973, 3.7525, 2.8973], dtype=torch.float64)
+    assert torch.allclose(chain.upper, upper)
+    assert torch.allclose(chain.lower[3], torch.tensor(-3.0718, dtype=torch.float64))
