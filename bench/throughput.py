@@ -41,7 +41,7 @@ def raw_mujoco(n: int, seconds: float) -> float:
     env = sim.make(ENV_ID, n)
     env.reset()
     model, substeps = env.model, env.substeps
-    nthread = len(env._datas)
+    nthread = env.nthread
     datas = [mujoco.MjData(model) for _ in range(nthread)]
     state = env.state.copy()
     ctrl = np.tile(env._action_to_ctrl(torch.zeros(n, env.action_dim, dtype=torch.float64)).numpy()[:, None], (1, substeps, 1))

@@ -6,6 +6,7 @@ import torch
 import sim
 import tasks  # noqa: F401  (registers the embedded mujoco/ tasks)
 from policies import GaussianActorCritic
+from policies.gaussian import ACTIVATIONS
 from roborl.config import Config, EnvConfig, PolicyConfig
 from roborl.errors import UserError
 
@@ -33,8 +34,6 @@ def make_env(cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> 
 
 
 def make_policy(cfg: PolicyConfig, env: sim.VecEnv) -> GaussianActorCritic:
-    from policies.gaussian import ACTIVATIONS
-
     if cfg.activation not in ACTIVATIONS:
         raise UserError(f"policy.activation '{cfg.activation}' is unknown; available: {', '.join(ACTIVATIONS)}")
     spaces = env.observation_space.spaces

@@ -60,6 +60,7 @@ class MujocoVecEnv(VecEnv):
         self.render_size = tuple(render_size)
         self.camera = camera
         nthread = nthread or min(os.cpu_count() or 1, num_envs)
+        self.nthread = nthread
         self._datas = [mujoco.MjData(self.model) for _ in range(nthread)]
         self._models = [self.model] * num_envs
         self._pool = rollout.Rollout(nthread=nthread)

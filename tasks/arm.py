@@ -25,18 +25,20 @@ class ArmEnv(MujocoVecEnv):
     (7 joint targets, gripper). Gripper -1 closes, +1 opens."""
 
     scene = "reach.xml"
+    episode_length = 100  # control steps; tasks set their own
     max_ee_step = 0.04  # metres per control step at |action| = 1
     max_joint_step = 0.15  # radians per control step at |action| = 1
 
     def __init__(self, num_envs: int = 1, *, controller: str = "ee_delta_pos", control_freq: int = 20,
-                 **kwargs) -> None:
+                 episode_length: int | None = None, **kwargs) -> None:
         if controller not in CONTROLLERS:
             raise SimError(f"unknown controller '{controller}'; available: {', '.join(CONTROLLERS)}")
         self.controller = controller
         self.action_dim_ = 4 if controller == "ee_delta_pos" else 8
         timestep = 0.005
         substeps = max(1, round(1.0 / (control_freq * timestep)))
-        super().__init__(ASSETS / self.scene, num_envs, substeps=substeps, **kwargs)
+        super().__init__(ASSETS / self.scene, num_envs, substeps=substeps,
+                         episode_length=episode_length or self.episode_length, **kwargs)
 
     def _setup(self) -> None:
         self.chain = SerialChain(self.model, "tcp")

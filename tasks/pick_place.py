@@ -17,9 +17,7 @@ class PickPlaceEnv(ArmEnv):
     scene = "pick_place.xml"
     instruction = "pick up the red cube and move it to the goal"
     label_names = ("grasped", "lifted", "cube_at_goal")
-
-    def __init__(self, num_envs: int = 1, *, episode_length: int = 80, **kwargs) -> None:
-        super().__init__(num_envs, episode_length=episode_length, **kwargs)
+    episode_length = 80
 
     def _setup(self) -> None:
         super()._setup()

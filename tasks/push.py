@@ -20,9 +20,7 @@ class PushEnv(ArmEnv):
     scene = "push.xml"
     instruction = "push the red cube to the goal"
     label_names = ("touching", "cube_at_goal", "cube_off_table")
-
-    def __init__(self, num_envs: int = 1, *, episode_length: int = 80, **kwargs) -> None:
-        super().__init__(num_envs, episode_length=episode_length, **kwargs)
+    episode_length = 80
 
     def _setup(self) -> None:
         super()._setup()

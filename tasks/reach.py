@@ -16,9 +16,7 @@ class ReachEnv(ArmEnv):
     scene = "reach.xml"
     instruction = "move the gripper to the green target"
     label_names = ("at_goal",)
-
-    def __init__(self, num_envs: int = 1, *, episode_length: int = 50, **kwargs) -> None:
-        super().__init__(num_envs, episode_length=episode_length, **kwargs)
+    episode_length = 50
 
     def _setup(self) -> None:
         super()._setup()

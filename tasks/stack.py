@@ -17,9 +17,7 @@ class StackEnv(ArmEnv):
     scene = "stack.xml"
     instruction = "stack the red cube on the blue cube"
     label_names = ("grasped", "above_base", "stacked")
-
-    def __init__(self, num_envs: int = 1, *, episode_length: int = 100, **kwargs) -> None:
-        super().__init__(num_envs, episode_length=episode_length, **kwargs)
+    episode_length = 100
 
     def _setup(self) -> None:
         super()._setup()
