@@ -1,0 +1,58 @@
+import math
+
+import torch
+
+import sim
+import tasks  # noqa: F401
+from policies import GaussianActorCritic, RunningNormalizer
+from roborl.algos.ppo import PPO
+from roborl.buffer import RolloutBuffer
+from roborl.config import PPOConfig
+
+
+def test_log_prob_is_the_gaussian_closed_form():
+    torch.manual_seed(0)
+    policy = GaussianActorCritic(5, 3, [16], init_log_std=-0.7, normalize_obs=False)
+    obs = {"state": torch.randn(4, 5)}
+    act = policy.act(obs)
+    mean, std = policy.actor(obs["state"]), math.exp(-0.7)
+    expect = (-0.5 * ((act.action - mean) / std) ** 2 - math.log(std) - 0.5 * math.log(2 * math.pi)).sum(-1)
+    assert torch.allclose(act.log_prob, expect, atol=1e-5)
+    log_prob, entropy, value = policy.evaluate(obs, act)
+    assert torch.allclose(log_prob, act.log_prob) and torch.allclose(value, act.value)
+    assert torch.allclose(entropy, torch.full((4,), 3 * (0.5 + 0.5 * math.log(2 * math.pi) - 0.7)), atol=1e-5)
+    assert torch.equal(policy.act(obs, deterministic=True).action, mean)
+
+
+def test_running_normalizer_matches_batch_statistics():
+    norm = RunningNormalizer(3)
+    data = [torch.randn(50, 3) * torch.tensor([1.0, 5.0, 0.1]) + 2.0 for _ in range(4)]
+    for chunk in data:
+        norm.update(chunk)
+    full = torch.cat(data)
+    assert torch.allclose(norm.mean, full.mean(0), atol=1e-4)
+    assert torch.allclose(norm.var, full.var(0, unbiased=False), rtol=1e-3)
+    z = norm(full)
+    assert torch.allclose(z.mean(0), torch.zeros(3), atol=1e-3) and torch.allclose(z.std(0), torch.ones(3), atol=0.02)
+
+
+def test_rgb_policy_trains_one_update():
+    env = sim.make("mujoco/Push", 2, obs_mode="rgb", render_size=(48, 48))
+    spaces = env.observation_space.spaces
+    policy = GaussianActorCritic(spaces["state"].shape[0], env.action_dim, [32], image_shape=(48, 48), image_features=32)
+    algo = PPO(policy, PPOConfig(epochs=1, minibatches=2))
+    buf = RolloutBuffer(4, 2, torch.device("cpu"))
+    obs = env.reset()
+    before = [p.clone() for p in policy.encoder.parameters()]
+    with torch.no_grad():
+        for _ in range(4):
+            act = policy.act(obs)
+            nxt, r, te, tr, _ = env.step(act.action)
+            buf.add(obs, act, r, te | tr)
+            obs = nxt
+        buf.finish(policy.value(obs), 0.9, 0.9)
+    assert buf.obs["rgb"].dtype == torch.uint8 and buf.obs["rgb"].shape == (4, 2, 48, 48, 3)
+    stats = algo.update(buf)
+    assert math.isfinite(stats["policy_loss"]) and math.isfinite(stats["value_loss"])
+    assert any(not torch.equal(a, b) for a, b in zip(before, policy.encoder.parameters()))
+    env.close()
