@@ -136,16 +136,24 @@ class MujocoVecEnv(VecEnv):
             raise SimError(f"action must have shape ({self.num_envs}, {self.action_dim_}), got {tuple(action.shape)}")
         ctrl = self._action_to_ctrl(action.clamp(-1.0, 1.0))
         self._ctrl[:] = ctrl.numpy()[:, None, :]
+        time_before = self.state[:, 0].copy()
         self._pool.rollout(self._models, self._datas, self.state, self._ctrl, skip_checks=True,
                            nstep=self.substeps, state=self._out, sensordata=self._sensors)
         np.copyto(self.state, self._out[:, -1])
+        # MuJoCo resets a diverging world to its defaults (time 0) or leaves NaNs: either way, end that
+        # episode without a reward instead of training on garbage
+        expected = time_before + self.control_dt
+        unstable = ~np.isfinite(self.state).all(1) | (self.state[:, 0] < expected - 0.5 * self.model.opt.timestep)
+        unstable = torch.from_numpy(unstable)
+        if unstable.any():
+            self._state_t[unstable] = self.initial_state
         self.state_version += 1
         self.elapsed += 1
 
         ev = self._evaluate()
-        reward = ev["reward"].float()
-        success = ev["success"]
-        terminated = ev.get("terminated", torch.zeros(self.num_envs, dtype=torch.bool))
+        reward = ev["reward"].float().masked_fill(unstable, 0.0)
+        success = ev["success"] & ~unstable
+        terminated = ev.get("terminated", torch.zeros(self.num_envs, dtype=torch.bool)) | unstable
         truncated = (self.elapsed >= self.max_episode_steps) & ~terminated
         self.episode_return += reward
         self.success_once |= success

@@ -125,3 +125,15 @@ def test_batched_physics_matches_single_env_physics():
             e.step(a[i:i + 1])
     for i, e in enumerate(singles):
         np.testing.assert_allclose(e.state[0], batch.state[i], atol=1e-9)
+
+
+def test_diverged_physics_ends_the_episode_without_nans():
+    env = sim.make("mujoco/Push", 3, seed=0)
+    env.reset()
+    env.qvel[1, 9:12] = float("nan")  # the cube of env 1 blows up
+    env.state_version += 1
+    obs, reward, term, trunc, info = env.step(torch.zeros(3, 4))
+    assert term.tolist() == [False, True, False]
+    assert torch.isfinite(obs["state"]).all() and torch.isfinite(reward).all()
+    assert reward[1] == 0 and not info["success"][1]
+    assert env.elapsed[1] == 0 and env.elapsed[0] == 1
