@@ -1,6 +1,6 @@
 """Throughput on the Push scene, all measured in one run on this machine:
 
-1. raw batched MuJoCo (`mujoco.rollout`, same model, substeps and thread count, constant controls),
+1. raw batched MuJoCo (`mujoco.rollout`, same model, substeps and threads, replaying our env's controls),
 2. our VecEnv (controller IK, observations, rewards, auto-reset included),
 3. our PPO end to end (collect + update),
 4. Stable-Baselines3 PPO on the same task through our Gymnasium adapter, same envs, network, batch sizes.
@@ -38,20 +38,33 @@ def timed(fn, seconds: float) -> float:
 
 
 def raw_mujoco(n: int, seconds: float) -> float:
+    """`mujoco.rollout` alone, replaying the controls our VecEnv produced for random actions (so both move
+    the arm and touch the cube alike) from the same start state."""
     env = sim.make(ENV_ID, n)
     env.reset()
-    model, substeps = env.model, env.substeps
-    nthread = env.nthread
+    start = env.state.copy()
+    gen = torch.Generator().manual_seed(0)
+    controls = []
+    for _ in range(env.max_episode_steps - 1):  # one episode, no reset in between
+        env.step(torch.rand(n, env.action_dim, generator=gen) * 2 - 1)
+        controls.append(env._ctrl.copy())
+    model, substeps, nthread = env.model, env.substeps, env.nthread
+    env.close()
     datas = [mujoco.MjData(model) for _ in range(nthread)]
-    state = env.state.copy()
-    ctrl = np.tile(env._action_to_ctrl(torch.zeros(n, env.action_dim, dtype=torch.float64)).numpy()[:, None], (1, substeps, 1))
+    models = [model] * n
+    state = start.copy()
     out = np.empty((n, substeps, state.shape[1]))
     sens = np.empty((n, substeps, 0))
-    env.close()
+    t = {"i": 0}
     with rollout.Rollout(nthread=nthread) as pool:
         def step() -> int:
-            pool.rollout([model] * n, datas, state, ctrl, skip_checks=True, nstep=substeps, state=out, sensordata=sens)
+            i = t["i"] % len(controls)
+            if i == 0:
+                np.copyto(state, start)
+            pool.rollout(models, datas, state, controls[i], skip_checks=True, nstep=substeps, state=out,
+                         sensordata=sens)
             np.copyto(state, out[:, -1])
+            t["i"] += 1
             return n
         return timed(step, seconds)
 
