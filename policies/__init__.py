@@ -1,6 +1,8 @@
 """Policy models. Know nothing of simulators: they see observation dicts and return `Act`."""
 from policies.act import Act
+from policies.diffusion import DiffusionPolicy
+from policies.flow import FlowPolicy
 from policies.gaussian import GaussianActorCritic
 from policies.normalizer import RunningNormalizer
 
-__all__ = ["Act", "GaussianActorCritic", "RunningNormalizer"]
+__all__ = ["Act", "DiffusionPolicy", "FlowPolicy", "GaussianActorCritic", "RunningNormalizer"]

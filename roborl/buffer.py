@@ -34,13 +34,15 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_v
 
 
 class RolloutBuffer:
-    """Holds one rollout of T steps for N envs: observations (dict), actions, log-probs, values,
-    rewards, dones; then advantages and returns."""
+    """Holds one rollout of T steps for N envs: observations (dict), actions, log-probs (N or N×S, one
+    column per denoising step or flow-matching sample), values, rewards, dones, the policy's `extras`
+    (denoising chains, sampled noise); then advantages and returns."""
 
     def __init__(self, num_steps: int, num_envs: int, device: torch.device) -> None:
         self.T, self.N, self.device = num_steps, num_envs, device
         self.obs: dict[str, torch.Tensor] = {}
         self.actions = self.log_probs = self.values = None
+        self.extras: dict[str, torch.Tensor] = {}
         self.rewards = torch.zeros(num_steps, num_envs, device=device)
         self.dones = torch.zeros(num_steps, num_envs, dtype=torch.bool, device=device)
         self.step = 0
@@ -54,9 +56,13 @@ class RolloutBuffer:
                 self.obs[key][t] = value
         if self.actions is None:
             self.actions = torch.zeros((self.T, *act.action.shape), device=self.device)
-            self.log_probs = torch.zeros(self.T, self.N, device=self.device)
+            self.log_probs = torch.zeros((self.T, *act.log_prob.shape), device=self.device)
             self.values = torch.zeros(self.T, self.N, device=self.device)
         self.actions[t] = act.action
+        for key, value in act.extras.items():
+            if key not in self.extras:
+                self.extras[key] = torch.zeros((self.T, *value.shape), dtype=value.dtype, device=self.device)
+            self.extras[key][t] = value
         self.log_probs[t] = act.log_prob
         self.values[t] = act.value
         self.rewards[t] = reward
@@ -73,6 +79,7 @@ class RolloutBuffer:
         return {
             "obs": {k: v.reshape(n, *v.shape[2:]) for k, v in self.obs.items()},
             "actions": self.actions.reshape(n, *self.actions.shape[2:]),
-            "log_probs": self.log_probs.reshape(n), "values": self.values.reshape(n),
+            "log_probs": self.log_probs.reshape(n, *self.log_probs.shape[2:]), "values": self.values.reshape(n),
+            "extras": {k: v.reshape(n, *v.shape[2:]) for k, v in self.extras.items()},
             "advantages": self.advantages.reshape(n), "returns": self.returns.reshape(n),
         }

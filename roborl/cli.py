@@ -1,4 +1,5 @@
-"""`roborl train CONFIG [key=value ...]`, `roborl eval CHECKPOINT`, `roborl envs`."""
+"""`roborl train CONFIG [key=value ...]`, `roborl bc CONFIG [key=value ...]`, `roborl demos TASK`,
+`roborl eval CHECKPOINT`, `roborl envs`."""
 from __future__ import annotations
 
 import argparse
@@ -15,6 +16,26 @@ def _train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     summary = Trainer(cfg).train()
     print(json.dumps(summary))
+    return 0
+
+
+def _bc(args: argparse.Namespace) -> int:
+    from roborl.bc import train_bc
+    from roborl.config import load_config
+
+    summary = train_bc(load_config(args.config, args.overrides))
+    print(json.dumps(summary))
+    return 0
+
+
+def _demos(args: argparse.Namespace) -> int:
+    import tasks  # noqa: F401
+    from roborl.demos import record_demos
+
+    env_id = args.task if "/" in args.task else f"mujoco/{args.task}"
+    result = record_demos(env_id, args.episodes, args.out, num_envs=args.envs, seed=args.seed, rgb=args.rgb,
+                          render_size=(args.size, args.size), action_noise=args.noise, progress=not args.quiet)
+    print(json.dumps(result))
     return 0
 
 
@@ -58,6 +79,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("config", nargs="?", help="configs/*.yaml (optional with resume=PATH)")
     p.add_argument("overrides", nargs="*", help="e.g. train.total_steps=200000 env.num_envs=128 resume=PATH")
     p.set_defaults(func=_train)
+    p = sub.add_parser("bc", help="behaviour cloning of a diffusion / flow policy on demonstrations")
+    p.add_argument("config", help="configs/bc_*.yaml")
+    p.add_argument("overrides", nargs="*", help="e.g. bc.steps=5000 bc.max_episodes=10")
+    p.set_defaults(func=_bc)
+    p = sub.add_parser("demos", help="record scripted-expert demonstrations to robomimic-style HDF5")
+    p.add_argument("task", help="a task with a scripted expert, e.g. Push or mujoco/PickPlace")
+    p.add_argument("--episodes", type=int, default=100)
+    p.add_argument("--out", required=True, help="directory; the file is DIR/demos.hdf5")
+    p.add_argument("--envs", type=int, default=16, help="environments recorded in parallel")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rgb", action="store_true", help="also record obs/rgb frames")
+    p.add_argument("--size", type=int, default=64, help="rgb frame size")
+    p.add_argument("--noise", type=float, default=0.0, help="std of Gaussian noise added to the expert's actions")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_demos)
     p = sub.add_parser("eval", help="evaluate a checkpoint deterministically")
     p.add_argument("checkpoint")
     p.add_argument("--episodes", type=int, default=50)
@@ -71,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("envs", help="list the available environment ids")
     p.set_defaults(func=_envs)
     args = parser.parse_args(argv)
-    if args.command == "train" and args.config and "=" in args.config:
+    if args.command in ("train", "bc") and args.config and "=" in args.config:
         args.overrides.insert(0, args.config)
         args.config = None
     try:

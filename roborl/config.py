@@ -27,14 +27,54 @@ class EnvConfig:
     episode_length: int | None = None  # None: the task's default
     obs_mode: str = "state"
     render_size: list[int] = field(default_factory=lambda: [128, 128])
+    action_chunk: int = 1  # K: one policy decision executes K actions of its chunk (sim/chunking.py)
+    obs_history: int = 1  # n: `state` holds the last n states of the episode (sim/history.py)
+
+
+@dataclass
+class DPPOConfig:
+    finetune_steps: int = 5  # K': the last K' denoising steps are fine-tuned, earlier ones use a frozen copy
+    min_sampling_std: float = 0.1
+    min_logprob_std: float = 0.1
+    denoise_discount: float = 0.99  # γ_d: advantage of denoising step j scaled by γ_d^(K'-1-j)
+    clip_base: float = 0.001  # ε_b: clip range of the first fine-tuned step, growing to algo.clip at the last
+
+
+@dataclass
+class FlowNoiseConfig:
+    min_std: float = 0.08
+    max_std: float = 0.16
+
+
+@dataclass
+class FlowSDEConfig:
+    noise_level: float = 0.5  # a in σ_t = a·sqrt(t / (1 − t))
+
+
+@dataclass
+class FPOConfig:
+    samples: int = 8  # (τ, ε) pairs per action; each pair's ratio is clipped on its own
 
 
 @dataclass
 class PolicyConfig:
+    kind: str = "gaussian"  # gaussian | diffusion | flow
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     activation: str = "tanh"
     init_log_std: float = -0.5
     normalize_obs: bool = True
+    init: str | None = None  # start from this checkpoint's weights (a BC policy, for RL fine-tuning)
+    horizon: int = 1  # H: actions predicted per decision (diffusion / flow); env.action_chunk of them run
+    denoiser: str = "mlp"  # mlp | unet (diffusion / flow network)
+    critic_hidden: list[int] = field(default_factory=lambda: [256, 256])
+    steps: int = 10  # denoising steps (diffusion, DDIM) or Euler steps (flow) per action
+    train_timesteps: int = 100  # DDPM training timesteps (diffusion)
+    eta: float = 1.0  # DDIM η (diffusion); > 0 keeps sampling stochastic
+    rl_mode: str | None = None  # diffusion: dppo; flow: flow_noise | flow_sde | fpo
+    dppo: DPPOConfig = field(default_factory=DPPOConfig)
+    flow_noise: FlowNoiseConfig = field(default_factory=FlowNoiseConfig)
+    flow_sde: FlowSDEConfig = field(default_factory=FlowSDEConfig)
+    fpo: FPOConfig = field(default_factory=FPOConfig)
 
 
 @dataclass
@@ -53,6 +93,22 @@ class PPOConfig:
     target_kl: float | None = None  # stop the epochs early once the approximate KL exceeds this
     adaptive_lr: bool = False  # rsl_rl's schedule: lr ÷1.5 when KL > 2·desired_kl, ×1.5 when < ½·desired_kl
     desired_kl: float = 0.01
+    critic_lr: float | None = None  # a learning rate of the critic's own (None: algo.lr for everything)
+    value_clip: float | None = None  # clip range of the value loss (None: algo.clip)
+    critic_warmup: int = 0  # iterations that fit only the critic before the policy moves
+    bc_coef: float = 0.0  # weight of the pull toward the pretrained policy (diffusion / flow)
+
+
+@dataclass
+class BCConfig:
+    demos: str = ""  # a directory written by `roborl demos` or its demos.hdf5
+    max_episodes: int | None = None  # use only the first N (successful) episodes
+    success_only: bool = True
+    steps: int = 20000  # gradient steps
+    batch_size: int = 256
+    lr: float = 1.0e-3
+    weight_decay: float = 1.0e-6
+    eval_every: int = 2000  # gradient steps
 
 
 @dataclass
@@ -73,6 +129,8 @@ class TrainConfig:
     resume: str | None = None
     progress: bool = True
     max_minutes: float | None = None  # stop (and save) after this much wall time
+    eval_at_start: bool = True  # evaluate a pretrained policy (policy.init) before the first update
+    stop_at_success: float | None = None  # end the run once deterministic eval success reaches this
 
 
 @dataclass
@@ -81,6 +139,7 @@ class Config:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     algo: PPOConfig = field(default_factory=PPOConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    bc: BCConfig = field(default_factory=BCConfig)
 
 
 def _type_name(tp: Any) -> str:

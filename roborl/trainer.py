@@ -13,12 +13,13 @@ import yaml
 
 from roborl.algos.ppo import PPO
 from roborl.buffer import RolloutBuffer, bootstrap_timeouts
-from roborl.builder import build, make_env, resolve_device
+from roborl.builder import build, load_pretrained, make_env, resolve_device
 from roborl.checkpoint import Checkpoint, save_checkpoint
 from roborl.config import Config, config_to_dict
 from roborl.errors import UserError
 from roborl.evaluate import evaluate
 from roborl.logger import Logger
+from roborl.plots import plot_curves
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -40,6 +41,7 @@ class Trainer:
         self.iteration = 0
         self.best_success = -1.0
         self.last_eval: dict[str, float] = {}
+        self.eval_history: list[list[float]] = []  # [env_steps, wall_s, success_rate]
         self.wall_time_prev = 0.0
         if resume is not None:
             resume.load_policy(self.policy)
@@ -47,13 +49,15 @@ class Trainer:
                 self.algo.optimizer.load_state_dict(resume.optimizer_state)
             st = resume.trainer_state
             self.env_steps, self.iteration = st["env_steps"], st["iteration"]
-            self.best_success, self.algo.lr = st["best_success"], st["lr"]
+            self.best_success = st["best_success"]
+            self.algo.set_lr(st["lr"])
             self.last_eval, self.wall_time_prev = st.get("last_eval", {}), st.get("wall_time_s", 0.0)
-            for group in self.algo.optimizer.param_groups:
-                group["lr"] = self.algo.lr
+            self.eval_history = st.get("eval_history", [])
             self.run_dir = Path(st["run_dir"])
             torch.manual_seed(cfg.train.seed + self.iteration)
         else:
+            if cfg.policy.init:
+                load_pretrained(self.policy, cfg.policy.init)
             name = cfg.train.name or f"{cfg.env.id.replace('/', '_')}_{datetime.now():%Y%m%d-%H%M%S}"
             self.run_dir = Path(cfg.train.run_dir) / name
             if self.run_dir.exists() and any(self.run_dir.iterdir()):
@@ -66,7 +70,8 @@ class Trainer:
     # ---- state ---------------------------------------------------------------------------------
     def trainer_state(self, wall: float) -> dict:
         return {"env_steps": self.env_steps, "iteration": self.iteration, "best_success": self.best_success,
-                "lr": self.algo.lr, "run_dir": str(self.run_dir), "last_eval": self.last_eval, "wall_time_s": wall}
+                "lr": self.algo.lr, "run_dir": str(self.run_dir), "last_eval": self.last_eval, "wall_time_s": wall,
+                "eval_history": self.eval_history}
 
     def save(self, name: str, wall: float) -> Path:
         path = self.run_dir / "checkpoints" / f"{name}.safetensors"
@@ -86,6 +91,9 @@ class Trainer:
                           video_path=video, video_envs=t.video_envs)
         self.policy.train()
         self.last_eval = result
+        self.eval_history.append([self.env_steps, round(wall, 2), result["success_rate"]])
+        plot_curves(self.run_dir / "eval_curve.png", {"deterministic eval": [(s, r) for s, _, r in self.eval_history]},
+                    f"{self.run_dir.name}: {self.cfg.env.id}")
         if result["success_rate"] > self.best_success:
             self.best_success = result["success_rate"]
             self.save("best", wall)
@@ -97,13 +105,13 @@ class Trainer:
                 "mean_return": self.last_eval.get("mean_return", float("nan")),
                 "best_success_rate": self.best_success, "env_steps": self.env_steps,
                 "iterations": self.iteration, "wall_time_s": round(wall, 2), "env": self.cfg.env.id,
-                "run_dir": str(self.run_dir)}
+                "run_dir": str(self.run_dir), "eval_history": self.eval_history}
 
     # ---- the loop -----------------------------------------------------------------------------
     def train(self) -> dict:
         cfg, t = self.cfg, self.cfg.train
         N, T = self.env.num_envs, t.rollout_steps
-        steps_per_iter = N * T
+        steps_per_iter = N * T * cfg.env.action_chunk  # control steps: a decision runs a chunk of K
         total_iters = math.ceil(t.total_steps / steps_per_iter)
         buffer = RolloutBuffer(T, N, self.device)
         logger = Logger(self.run_dir, total_iters * steps_per_iter, self.env_steps, t.progress)
@@ -113,6 +121,10 @@ class Trainer:
         obs = self.env.reset(seed=t.seed + self.iteration)
         if self.iteration == 0:
             self.policy.update_normalizer(obs)
+            if cfg.policy.init and t.eval_at_start:
+                result = self.run_eval(wall)
+                logger.scalars("eval", result, self.env_steps)
+                logger.bar.write(f"[0 steps] eval success of the initial policy {result['success_rate']:.3f}")
         ep_returns: list[float] = []
         ep_success: list[float] = []
         try:
@@ -133,7 +145,7 @@ class Trainer:
                         obs = next_obs
                     buffer.finish(self.policy.value(obs), cfg.algo.gamma, cfg.algo.gae_lambda)
                 collect_time = time.time() - it_start
-                stats = self.algo.update(buffer, gen)
+                stats = self.algo.update(buffer, gen, train_actor=self.iteration >= cfg.algo.critic_warmup)
                 self.policy.update_normalizer(buffer.obs)
                 self.iteration += 1
                 self.env_steps += steps_per_iter
@@ -153,6 +165,9 @@ class Trainer:
                     write_json(self.run_dir / "summary.json", self.summary(wall))
                     logger.bar.write(f"[{self.env_steps} steps, {wall:.0f}s] eval success {result['success_rate']:.3f} "
                                      f"(once {result['success_once']:.3f}) return {result['mean_return']:.2f}")
+                    if t.stop_at_success is not None and result["success_rate"] >= t.stop_at_success:
+                        logger.bar.write(f"eval success reached train.stop_at_success={t.stop_at_success}: stopping")
+                        last = True
                 if "success_rate" in self.last_eval:
                     postfix["eval_success"] = self.last_eval["success_rate"]
                 logger.advance(steps_per_iter, postfix)

@@ -1,0 +1,159 @@
+"""Demonstrations: record scripted-expert episodes to robomimic-style HDF5 and load them for BC.
+
+Layout of `demos.hdf5` (the robomimic convention, readable with plain h5py):
+
+    data/                      attrs: total (steps), env_args (JSON: env id, controller, control rate,
+                               episode length), num_episodes, success_rate
+      demo_<i>/                attrs: num_samples, success (bool), instruction, seed
+        obs/state              T×D float32 (the task's `state` observation before each action)
+        obs/rgb                T×H×W×3 uint8 (when recorded with rgb)
+        actions                T×A float32, normalized to [-1, 1] (the env's action space)
+        rewards                T float32
+        dones                  T bool (the last step ends the episode)
+        success                T bool (the task's success flag after each step)
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+from tqdm import tqdm
+
+import sim
+from roborl.errors import UserError
+
+
+def demos_file(path: str | Path) -> Path:
+    """`DIR` or `DIR/demos.hdf5` -> the HDF5 file."""
+    path = Path(path)
+    return path / "demos.hdf5" if path.is_dir() or path.suffix != ".hdf5" else path
+
+
+@torch.no_grad()
+def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16, seed: int = 0,
+                 rgb: bool = False, render_size: tuple[int, int] = (64, 64), action_noise: float = 0.0,
+                 progress: bool = True) -> dict:
+    """Runs the task's scripted expert on `num_envs` envs until `episodes` episodes have ended and writes
+    them (successful or not) to `out/demos.hdf5`. `action_noise` adds Gaussian noise to the expert's
+    actions (a sloppier demonstrator). Written to a temporary file and renamed: no half-written file."""
+    import tasks
+
+    if env_id not in tasks.EXPERTS:
+        raise UserError(f"no scripted expert for '{env_id}'; tasks with experts: {', '.join(tasks.EXPERTS)}")
+    env = sim.make(env_id, num_envs, seed=seed, obs_mode="rgb" if rgb else "state", render_size=render_size)
+    expert = tasks.EXPERTS[env_id](env)
+    gen = torch.Generator().manual_seed(seed)
+    path = demos_file(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    keys = ["state"] + (["rgb"] if rgb else [])
+    buffers: list[dict[str, list]] = [{k: [] for k in (*keys, "actions", "rewards", "success")} for _ in range(num_envs)]
+    written, total, successes = 0, 0, 0
+    bar = tqdm(total=episodes, unit="episode", disable=not progress, desc=f"demos {env_id}")
+    try:
+        with h5py.File(tmp, "w") as f:
+            data = f.create_group("data")
+            obs = env.reset(seed=seed)
+            expert.reset()
+            while written < episodes:
+                action = expert.act(obs)
+                if action_noise > 0:
+                    action = (action + action_noise * torch.randn(action.shape, generator=gen)).clamp(-1, 1)
+                nxt, reward, term, trunc, info = env.step(action)
+                for i in range(num_envs):
+                    b = buffers[i]
+                    for k in keys:
+                        b[k].append(obs[k][i].cpu().numpy())
+                    b["actions"].append(action[i].cpu().numpy())
+                    b["rewards"].append(float(reward[i]))
+                    b["success"].append(bool(info["success"][i]))
+                done = info["done"].cpu()
+                for i in done.nonzero().flatten().tolist():
+                    if written < episodes:
+                        ok = bool(info["episode"]["success_at_end"][i])
+                        _write_episode(data, written, buffers[i], keys, ok, env.instruction, seed)
+                        written += 1
+                        successes += ok
+                        total += len(buffers[i]["actions"])
+                        bar.update(1)
+                    buffers[i] = {k: [] for k in buffers[i]}
+                if done.any():
+                    expert.reset(done)
+                obs = nxt
+            env_args = {"env_id": env_id, "controller": getattr(env, "controller", None),
+                        "control_freq": round(1 / env.control_dt), "episode_length": env.max_episode_steps,
+                        "obs_keys": keys, "action_dim": env.action_dim, "action_noise": action_noise}
+            data.attrs.update(total=total, env_args=json.dumps(env_args), num_episodes=written,
+                              success_rate=successes / max(written, 1))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+        bar.close()
+        env.close()
+    return {"path": str(path), "episodes": written, "steps": total, "success_rate": successes / max(written, 1)}
+
+
+def _write_episode(data: h5py.Group, index: int, buf: dict, keys: list[str], success: bool,
+                   instruction: str, seed: int) -> None:
+    g = data.create_group(f"demo_{index}")
+    obs = g.create_group("obs")
+    for k in keys:
+        arr = np.stack(buf[k])
+        obs.create_dataset(k, data=arr.astype(np.uint8 if k == "rgb" else np.float32),
+                           compression="gzip" if k == "rgb" else None)
+    T = len(buf["actions"])
+    g.create_dataset("actions", data=np.stack(buf["actions"]).astype(np.float32))
+    g.create_dataset("rewards", data=np.asarray(buf["rewards"], np.float32))
+    g.create_dataset("dones", data=np.arange(T) == T - 1)
+    g.create_dataset("success", data=np.asarray(buf["success"], bool))
+    g.attrs.update(num_samples=T, success=success, instruction=instruction, seed=seed)
+
+
+@dataclass
+class DemoWindows:
+    """Training windows from demonstrations: `obs` M×(n·D) (the last n states, oldest first, padded with
+    the episode's first state) and `actions` M×H×A (the next H actions, padded with the last action)."""
+    obs: torch.Tensor
+    actions: torch.Tensor
+    episodes: int
+    env_args: dict
+
+
+def load_demos(path: str | Path, obs_history: int = 1, horizon: int = 1, max_episodes: int | None = None,
+               success_only: bool = True) -> DemoWindows:
+    path = demos_file(path)
+    if not path.is_file():
+        raise UserError(f"demonstrations '{path}' do not exist; record them with: roborl demos TASK --episodes N --out DIR")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise UserError(f"demonstrations '{path}' are not a readable HDF5 file ({exc})") from exc
+    obs_windows, act_windows, used = [], [], 0
+    with f:
+        if "data" not in f:
+            raise UserError(f"demonstrations '{path}' have no 'data' group (not a robomimic-style file)")
+        env_args = json.loads(f["data"].attrs.get("env_args", "{}"))
+        names = sorted(f["data"].keys(), key=lambda s: int(s.split("_")[-1]))
+        for name in names:
+            g = f["data"][name]
+            if success_only and not bool(g.attrs.get("success", True)):
+                continue
+            if max_episodes is not None and used >= max_episodes:
+                break
+            state = torch.from_numpy(g["obs/state"][()])
+            actions = torch.from_numpy(g["actions"][()])
+            T = len(actions)
+            t = torch.arange(T)
+            hist = (t[:, None] + torch.arange(-obs_history + 1, 1)[None]).clamp(min=0)
+            future = (t[:, None] + torch.arange(horizon)[None]).clamp(max=T - 1)
+            obs_windows.append(state[hist].flatten(1))
+            act_windows.append(actions[future])
+            used += 1
+    if not used:
+        raise UserError(f"demonstrations '{path}' hold no {'successful ' if success_only else ''}episodes")
+    return DemoWindows(torch.cat(obs_windows), torch.cat(act_windows), used, env_args)
