@@ -1,0 +1,95 @@
+"""Demonstrations on disk (robomimic-style HDF5), BC from them through the CLI, and RL fine-tuning that
+starts from the BC checkpoint."""
+import json
+
+import h5py
+import pytest
+import torch
+
+from helpers import ROOT, roborl
+from roborl.demos import load_demos, record_demos
+from roborl.errors import UserError
+
+
+@pytest.fixture(scope="module")
+def reach_demos(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demos") / "reach"
+    proc = roborl("demos", "Reach", "--episodes", "40", "--out", str(out), "--envs", "20", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["episodes"] == 40 and result["success_rate"] >= 0.95
+    return out
+
+
+def test_demo_file_layout(reach_demos):
+    with h5py.File(reach_demos / "demos.hdf5") as f:
+        data = f["data"]
+        assert data.attrs["num_episodes"] == 40 and data.attrs["total"] == 40 * 50
+        env_args = json.loads(data.attrs["env_args"])
+        assert env_args["env_id"] == "mujoco/Reach" and env_args["controller"] == "ee_delta_pos"
+        demo = data["demo_0"]
+        assert demo["obs/state"].shape == (50, 24) and demo["obs/state"].dtype == "float32"
+        assert demo["actions"].shape == (50, 4) and abs(demo["actions"][()]).max() <= 1
+        assert demo["dones"][()].tolist() == [False] * 49 + [True]
+        assert demo.attrs["instruction"] and bool(demo.attrs["success"]) == bool(demo["success"][-1])
+
+
+def test_windows_pad_history_and_future_within_each_episode(reach_demos):
+    w = load_demos(reach_demos, obs_history=3, horizon=4, max_episodes=2)
+    assert w.episodes == 2 and w.obs.shape == (100, 72) and w.actions.shape == (100, 4, 4)
+    with h5py.File(reach_demos / "demos.hdf5") as f:
+        s0, a0 = torch.from_numpy(f["data/demo_0/obs/state"][()]), torch.from_numpy(f["data/demo_0/actions"][()])
+        s1 = torch.from_numpy(f["data/demo_1/obs/state"][()])
+    assert torch.equal(w.obs[0], torch.cat([s0[0], s0[0], s0[0]]))  # padded with the first state
+    assert torch.equal(w.obs[7], torch.cat([s0[5], s0[6], s0[7]]))
+    assert torch.equal(w.obs[50], torch.cat([s1[0], s1[0], s1[0]]))  # never crosses into the previous episode
+    assert torch.equal(w.actions[49], a0[49].expand(4, -1))  # padded with the last action
+    assert torch.equal(w.actions[10], a0[10:14])
+
+
+def test_bad_demo_files_are_clear_errors(tmp_path):
+    with pytest.raises(UserError, match="roborl demos TASK"):
+        load_demos(tmp_path / "nothing")
+    (tmp_path / "demos.hdf5").write_bytes(b"not hdf5 at all")
+    with pytest.raises(UserError, match="not a readable HDF5"):
+        load_demos(tmp_path)
+    with pytest.raises(UserError, match="no scripted expert"):
+        record_demos("gym/Pusher-v5", 1, tmp_path / "x")
+    assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
+
+
+def test_bc_then_rl_fine_tuning_through_the_cli(reach_demos, tmp_path):
+    common = [f"train.run_dir={tmp_path}", "train.progress=false", "env.id=mujoco/Reach", "env.obs_history=1",
+              "env.action_chunk=2", "policy.horizon=4", "train.eval_episodes=32", "train.eval_envs=32"]
+    proc = roborl("bc", str(ROOT / "configs" / "bc_flow_push.yaml"), *common, "train.name=bc",
+                  f"bc.demos={reach_demos}", "bc.max_episodes=40", "bc.steps=1500", "bc.eval_every=1500",
+                  "policy.hidden=[128,128]")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    bc = json.loads((tmp_path / "bc" / "summary.json").read_text())
+    assert bc["success_rate"] >= 0.5, bc  # the cloned policy reaches
+    assert (tmp_path / "bc" / "eval_curve.png").stat().st_size > 1000
+    init = tmp_path / "bc" / "checkpoints" / "last.safetensors"
+    for mode in ("flow_noise", "flow_sde", "fpo"):
+        proc = roborl("train", str(ROOT / "configs" / f"{mode}_push.yaml"), *common, f"train.name={mode}",
+                      f"policy.init={init}", "policy.hidden=[128,128]", "env.num_envs=16", "train.rollout_steps=8",
+                      "train.total_steps=512", "train.eval_every=2", "train.video=false", "algo.critic_warmup=1")
+        assert proc.returncode == 0, (mode, proc.stderr[-2000:])
+        summary = json.loads((tmp_path / mode / "summary.json").read_text())
+        first = summary["eval_history"][0]
+        assert first[0] == 0 and abs(first[2] - bc["success_rate"]) <= 0.1, (mode, summary)  # starts at BC
+        assert summary["env_steps"] == 512
+
+
+def test_rl_init_that_does_not_fit_is_one_line(reach_demos, tmp_path):
+    proc = roborl("bc", str(ROOT / "configs" / "bc_flow_push.yaml"), f"train.run_dir={tmp_path}", "train.name=bc",
+                  "env.id=mujoco/Reach", f"bc.demos={reach_demos}", "bc.steps=10", "bc.eval_every=10",
+                  "train.eval_episodes=2", "train.progress=false")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    init = tmp_path / "bc" / "checkpoints" / "last.safetensors"
+    proc = roborl("train", str(ROOT / "configs" / "flow_noise_push.yaml"), f"train.run_dir={tmp_path}",
+                  "env.id=mujoco/Reach", f"policy.init={init}", "policy.hidden=[64,64]", "train.name=rl")
+    assert proc.returncode == 2 and "does not fit this policy" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    proc = roborl("bc", str(ROOT / "configs" / "bc_flow_push.yaml"), f"train.run_dir={tmp_path}", "train.name=bc2",
+                  f"bc.demos={reach_demos}")
+    assert proc.returncode == 2 and "recorded on 'mujoco/Reach'" in proc.stderr, proc.stderr
