@@ -161,6 +161,11 @@ def _check(value: Any, tp: Any, path: str) -> Any:
         return [_check(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if tp is float and isinstance(value, str):
+        try:  # YAML 1.1 reads 1e-4 (no dot) as a string
+            return float(value)
+        except ValueError:
+            pass
     if tp is int and isinstance(value, float) and value.is_integer():
         return int(value)
     if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):

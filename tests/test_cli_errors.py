@@ -25,6 +25,11 @@ def assert_one_line_error(proc, *fragments: str) -> None:
     (["env.id=isaaclab/Isaac-Lift-Cube-Franka-v0"], ["Python 3.12 and a CUDA GPU", "available:"]),
     (["env.controller=torque"], ["unknown controller 'torque'", "ee_delta_pos"]),
     (["train.device=cuda:3"], ["no CUDA device"]),
+    (["policy.kind=transformer"], ["policy.kind 'transformer' is unknown", "diffusion, flow"]),
+    (["policy.kind=flow", "policy.rl_mode=dppo"], ["'dppo' does not apply to flow", "flow_noise"]),
+    (["env.action_chunk=4"], ["needs a chunk-predicting policy"]),
+    (["policy.kind=flow", "env.action_chunk=4", "policy.horizon=2"], ["policy.horizon (2) must be >= env.action_chunk (4)"]),
+    (["policy.kind=diffusion", "policy.init=/nonexistent.safetensors"], ["checkpoint '/nonexistent.safetensors' does not exist"]),
 ])
 def test_bad_config_is_one_line(tmp_path, overrides, fragments):
     proc = roborl("train", REACH, f"train.run_dir={tmp_path}", "train.name=bad", *overrides)

@@ -13,6 +13,15 @@ def test_yaml_and_overrides(tmp_path):
     assert cfg.policy.hidden == [32, 32] and cfg.train.device == "cpu"
 
 
+def test_exponent_floats_without_a_dot_and_nested_sections():
+    cfg = load_config(None, ["algo.lr=1e-4", "policy.kind=flow", "policy.fpo.samples=4", "policy.dppo.clip_base=2e-3"])
+    assert cfg.algo.lr == 1e-4 and cfg.policy.fpo.samples == 4 and cfg.policy.dppo.clip_base == 2e-3
+    with pytest.raises(UserError, match=r"'algo.lr' must be float"):
+        load_config(None, ["algo.lr=fast"])
+    with pytest.raises(UserError, match=r"unknown config key 'policy.fpo.sample'; did you mean 'samples'"):
+        load_config(None, ["policy.fpo.sample=4"])
+
+
 @pytest.mark.parametrize("override,message", [
     ("algo.clp=0.3", r"unknown config key 'algo.clip'|unknown config key 'algo.clp'; did you mean 'clip'"),
     ("trian.seed=1", r"unknown config key 'trian'; did you mean 'train'"),
@@ -20,6 +29,7 @@ def test_yaml_and_overrides(tmp_path):
     ("policy.hidden=64", r"'policy.hidden' must be a list of int"),
     ("algo.norm_adv=3", r"'algo.norm_adv' must be bool"),
     ("justtext", r"must look like key=value"),
+    ("policy.dppo.finetune=3", r"unknown config key 'policy.dppo.finetune'; did you mean 'finetune_steps'"),
 ])
 def test_bad_keys_and_types_are_named(override, message):
     with pytest.raises(UserError, match=message):
