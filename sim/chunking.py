@@ -16,26 +16,18 @@ import torch
 
 from sim.errors import SimError
 from sim.vec_env import Obs, VecEnv, clone_obs, merge_rows
+from sim.wrapper import VecEnvWrapper
 
 
-class ActionChunkEnv(VecEnv):
+class ActionChunkEnv(VecEnvWrapper):
     def __init__(self, env: VecEnv, execute: int) -> None:
         if execute < 1:
             raise SimError(f"env.action_chunk must be >= 1, got {execute}")
-        self.env, self.execute = env, execute
-        self.num_envs, self.device = env.num_envs, env.device
-        self.observation_space = env.observation_space
+        super().__init__(env)
+        self.execute = execute
         self.action_space = gym.spaces.Box(-1.0, 1.0, (execute, env.action_dim), np.float32)
-        self.label_names = env.label_names
         self.max_episode_steps = math.ceil(env.max_episode_steps / execute) if env.max_episode_steps else None
         self.control_dt = env.control_dt * execute
-
-    @property
-    def action_dim(self) -> int:
-        return self.env.action_dim
-
-    def reset(self, seed: int | None = None) -> Obs:
-        return self.env.reset(seed=seed)
 
     def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         """`action` is N×H×A with H >= K (the first K are executed) or N×A (held for K steps)."""
@@ -79,9 +71,3 @@ class ActionChunkEnv(VecEnv):
         if final_obs is not None:
             out["final_obs"], out["episode"] = final_obs, episode
         return obs, total, terminated, truncated, out
-
-    def render(self, env_ids: list[int] | None = None) -> torch.Tensor:
-        return self.env.render(env_ids)
-
-    def close(self) -> None:
-        self.env.close()

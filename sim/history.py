@@ -11,17 +11,15 @@ import torch
 
 from sim.errors import SimError
 from sim.vec_env import Obs, VecEnv
+from sim.wrapper import VecEnvWrapper
 
 
-class StateHistoryEnv(VecEnv):
+class StateHistoryEnv(VecEnvWrapper):
     def __init__(self, env: VecEnv, length: int) -> None:
         if length < 1:
             raise SimError(f"env.obs_history must be >= 1, got {length}")
-        self.env, self.length = env, length
-        self.num_envs, self.device = env.num_envs, env.device
-        self.action_space = env.action_space
-        self.label_names = env.label_names
-        self.max_episode_steps, self.control_dt = env.max_episode_steps, env.control_dt
+        super().__init__(env)
+        self.length = length
         spaces = dict(env.observation_space.spaces)
         dim = spaces["state"].shape[0]
         spaces["state"] = gym.spaces.Box(-np.inf, np.inf, (length * dim,), np.float32)
@@ -49,13 +47,3 @@ class StateHistoryEnv(VecEnv):
             shifted[done] = obs["state"][done][:, None].expand(-1, self.length, -1)
         self.history = shifted
         return self._with(obs, shifted), reward, term, trunc, info
-
-    @property
-    def action_dim(self) -> int:
-        return self.env.action_dim
-
-    def render(self, env_ids: list[int] | None = None) -> torch.Tensor:
-        return self.env.render(env_ids)
-
-    def close(self) -> None:
-        self.env.close()

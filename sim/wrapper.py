@@ -1,0 +1,31 @@
+"""Base of VecEnv wrappers: forwards everything to the wrapped env unless the wrapper overrides it."""
+from __future__ import annotations
+
+import torch
+
+from sim.vec_env import Obs, VecEnv
+
+
+class VecEnvWrapper(VecEnv):
+    def __init__(self, env: VecEnv) -> None:
+        self.env = env
+        self.num_envs, self.device = env.num_envs, env.device
+        self.observation_space, self.action_space = env.observation_space, env.action_space
+        self.label_names = env.label_names
+        self.max_episode_steps, self.control_dt = env.max_episode_steps, env.control_dt
+
+    @property
+    def action_dim(self) -> int:
+        return self.env.action_dim
+
+    def reset(self, seed: int | None = None) -> Obs:
+        return self.env.reset(seed=seed)
+
+    def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+        return self.env.step(action)
+
+    def render(self, env_ids: list[int] | None = None) -> torch.Tensor:
+        return self.env.render(env_ids)
+
+    def close(self) -> None:
+        self.env.close()
