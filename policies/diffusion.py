@@ -21,9 +21,12 @@ class DiffusionPolicy(GenerativePolicy):
     def __init__(self, obs_dim: int, action_dim: int, horizon: int, execute: int, *, denoiser: str = "mlp",
                  hidden: list[int] = (256, 256, 256), critic_hidden: list[int] = (256, 256),
                  normalize_obs: bool = True, train_timesteps: int = 100, steps: int = 10, eta: float = 1.0,
-                 finetune_steps: int = 5, min_sampling_std: float = 0.1, min_logprob_std: float = 0.1,
+                 rl_mode: str | None = None, finetune_steps: int = 5, min_sampling_std: float = 0.1, min_logprob_std: float = 0.1,
                  denoise_discount: float = 0.99, clip_base: float = 1e-3) -> None:
         super().__init__(obs_dim, action_dim, horizon, execute, denoiser, hidden, critic_hidden, normalize_obs)
+        if rl_mode not in (None, "dppo"):
+            raise ValueError(f"policy.rl_mode '{rl_mode}' does not apply to diffusion; use dppo")
+        self.rl_mode = rl_mode
         self.train_scheduler = DDPMScheduler(num_train_timesteps=train_timesteps, beta_schedule="squaredcos_cap_v2",
                                              clip_sample=True, prediction_type="epsilon")
         self.scheduler = DDIMScheduler.from_config(self.train_scheduler.config)
@@ -45,7 +48,9 @@ class DiffusionPolicy(GenerativePolicy):
 
     # ---- the chain ------------------------------------------------------------------------------
     def first_finetuned(self) -> int:
-        return self.steps - self.finetune_steps
+        """The first denoising step that θ runs; earlier steps run the frozen copy. Without an RL mode
+        (BC) θ runs them all."""
+        return self.steps - self.finetune_steps if self.rl_mode else 0
 
     def step_mean(self, net: torch.nn.Module, x: torch.Tensor, k: int, cond: torch.Tensor) -> torch.Tensor:
         """μ(x_k): the DDIM step of diffusers' scheduler with zero variance noise."""
@@ -80,11 +85,15 @@ class DiffusionPolicy(GenerativePolicy):
                 chain.append(x)
             mean = self.step_mean(self.reference if k < k0 else self.denoiser, x, k, cond)
             x = mean if deterministic else mean + self.sampling_std(k) * torch.randn_like(mean)
+        value = self.critic(cond).squeeze(-1)
+        if self.rl_mode is None:
+            return Act(x.clamp(-1, 1), torch.zeros(B, device=cond.device), value)
         chain = torch.stack([*chain, x], 1)
-        log_prob = self.chain_log_prob(cond, chain)
-        return Act(x.clamp(-1, 1), log_prob, self.critic(cond).squeeze(-1), {"chain": chain})
+        return Act(x.clamp(-1, 1), self.chain_log_prob(cond, chain), value, {"chain": chain})
 
     def evaluate(self, obs: dict, act: Act) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.rl_mode is None:
+            raise ValueError("a diffusion policy needs policy.rl_mode=dppo to be fine-tuned by PPO")
         cond = self.cond(obs)
         log_prob = self.chain_log_prob(cond, act.extras["chain"])
         B, k0 = cond.shape[0], self.first_finetuned()

@@ -72,7 +72,7 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1) -> nn.Modu
                 raise UserError(f"policy.rl_mode '{cfg.rl_mode}' does not apply to diffusion; use dppo")
             d = cfg.dppo
             return DiffusionPolicy(obs_dim, action_dim, cfg.horizon, execute, train_timesteps=cfg.train_timesteps,
-                                   eta=cfg.eta, finetune_steps=d.finetune_steps, min_sampling_std=d.min_sampling_std,
+                                   eta=cfg.eta, rl_mode=cfg.rl_mode, finetune_steps=d.finetune_steps, min_sampling_std=d.min_sampling_std,
                                    min_logprob_std=d.min_logprob_std, denoise_discount=d.denoise_discount,
                                    clip_base=d.clip_base, **common)
         if cfg.rl_mode not in (None, *FLOW_MODES):

@@ -22,7 +22,7 @@ def normal_log_density(x, mean, std):
 
 def diffusion(**kw) -> DiffusionPolicy:
     torch.manual_seed(0)
-    args = dict(hidden=[32, 32], critic_hidden=[16], train_timesteps=20, steps=5, eta=1.0, finetune_steps=3,
+    args = dict(hidden=[32, 32], critic_hidden=[16], train_timesteps=20, steps=5, eta=1.0, rl_mode="dppo", finetune_steps=3,
                 min_sampling_std=0.1, min_logprob_std=0.15)
     args.update(kw)
     return DiffusionPolicy(OBS, A, H, K, **args)
@@ -225,6 +225,28 @@ def test_diffusers_schedulers_do_the_work(monkeypatch):
     assert calls["step"] == 5 + 3  # the 5 sampling steps, then the 3 fine-tuned steps' log-probs
     policy.bc_loss(obs_batch(), torch.rand(5, H, A) * 2 - 1)
     assert calls["add_noise"] == 1
+
+
+def test_bc_sampling_runs_the_trained_network_at_every_step_and_fine_tuning_freezes_the_early_ones():
+    bc = diffusion(rl_mode=None)
+    obs = obs_batch()
+    with torch.no_grad():
+        for p in bc.denoiser.parameters():
+            p.add_(0.1)  # "training" moves the network away from the reference copy
+    before = bc.act(obs, deterministic=True).action
+    with torch.no_grad():
+        for p in bc.reference.parameters():
+            p.mul_(-3)
+    assert torch.equal(bc.act(obs, deterministic=True).action, before)  # BC never runs the reference
+    rl = diffusion()
+    rl.load_state_dict(bc.state_dict())
+    rl.start_finetuning()
+    assert torch.allclose(rl.act(obs, deterministic=True).action, before, atol=1e-6)  # same sampler after loading
+    with torch.no_grad():
+        for p in rl.denoiser.parameters():
+            p.mul_(0.5)
+    moved = rl.act(obs, deterministic=True).action
+    assert not torch.allclose(moved, before)
 
 
 @pytest.mark.parametrize("denoiser", ["mlp", "unet"])
