@@ -267,3 +267,44 @@ def test_bc_loss_decreases_on_a_fixed_mapping(denoiser):
             opt.step()
             losses.append(loss.item())
         assert sum(losses[-20:]) / 20 < 0.5 * sum(losses[:20]) / 20, (cls.__name__, losses[0], losses[-1])
+
+
+def test_bc_regularizer_pulls_the_fine_tuned_network_back_to_the_pretrained_one():
+    policy = flow("flow_noise")
+    policy.start_finetuning()
+    with torch.no_grad():
+        for p in policy.denoiser.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    T, N = 4, 16
+    buf = RolloutBuffer(T, N, torch.device("cpu"))
+    with torch.no_grad():
+        for _ in range(T):
+            obs = obs_batch(N)
+            buf.add(obs, policy.act(obs), torch.zeros(N), torch.zeros(N, dtype=torch.bool))
+        buf.finish(torch.zeros(N), 0.9, 0.9)
+    ppo = PPO(policy, PPOConfig(lr=1e-3, epochs=4, minibatches=2, bc_coef=10.0, target_kl=None))
+    first = ppo.update(buf)["bc_loss"]
+    for _ in range(4):
+        last = ppo.update(buf)["bc_loss"]
+    assert last < 0.5 * first, (first, last)
+    assert all(not p.requires_grad for p in policy.reference.parameters())
+
+
+def test_critic_warmup_moves_only_the_critic_and_critic_lr_is_its_own():
+    policy = diffusion()
+    T, N = 3, 8
+    buf = RolloutBuffer(T, N, torch.device("cpu"))
+    with torch.no_grad():
+        for _ in range(T):
+            obs = obs_batch(N)
+            buf.add(obs, policy.act(obs), torch.randn(N), torch.zeros(N, dtype=torch.bool))
+        buf.finish(torch.zeros(N), 0.9, 0.9)
+    ppo = PPO(policy, PPOConfig(lr=1e-5, critic_lr=1e-3, epochs=1, minibatches=1))
+    assert [g["lr"] for g in ppo.optimizer.param_groups] == [1e-5, 1e-3]
+    actor = [p.clone() for p in policy.denoiser.parameters()]
+    critic = [p.clone() for p in policy.critic.parameters()]
+    ppo.update(buf, train_actor=False)
+    assert all(torch.equal(a, b) for a, b in zip(actor, policy.denoiser.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(critic, policy.critic.parameters()))
+    ppo.set_lr(2e-5)
+    assert [g["lr"] for g in ppo.optimizer.param_groups] == [2e-5, 1e-3]
