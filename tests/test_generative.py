@@ -28,9 +28,9 @@ def diffusion(**kw) -> DiffusionPolicy:
     return DiffusionPolicy(OBS, A, H, K, **args)
 
 
-def flow(mode, **kw) -> FlowPolicy:
+def flow(mode, steps=4, **kw) -> FlowPolicy:
     torch.manual_seed(0)
-    return FlowPolicy(OBS, A, H, K, hidden=[32, 32], critic_hidden=[16], steps=4, rl_mode=mode, **kw)
+    return FlowPolicy(OBS, A, H, K, hidden=[32, 32], critic_hidden=[16], steps=steps, rl_mode=mode, **kw)
 
 
 def obs_batch(n=5):
@@ -308,3 +308,16 @@ def test_critic_warmup_moves_only_the_critic_and_critic_lr_is_its_own():
     assert any(not torch.equal(a, b) for a, b in zip(critic, policy.critic.parameters()))
     ppo.set_lr(2e-5)
     assert [g["lr"] for g in ppo.optimizer.param_groups] == [2e-5, 1e-3]
+
+
+@pytest.mark.parametrize("mode", ["flow_noise", "flow_sde", "fpo"])
+def test_one_step_flow_policies_sample_and_evaluate(mode):
+    policy = flow(mode, steps=1)
+    obs = obs_batch(4)
+    with torch.no_grad():
+        x = policy.act(obs, deterministic=True).action
+        v = policy.denoiser(torch.zeros(4, H, A), torch.zeros(4), policy.cond(obs))
+    assert torch.allclose(x, v.clamp(-1, 1), atol=1e-6)  # one Euler step from zero noise
+    act = policy.act(obs)
+    log_prob, _, _ = policy.evaluate(obs, act)
+    assert torch.allclose(log_prob, act.log_prob, atol=1e-5)
