@@ -93,6 +93,7 @@ class PPOConfig:
     target_kl: float | None = None  # stop the epochs early once the approximate KL exceeds this
     adaptive_lr: bool = False  # rsl_rl's schedule: lr ÷1.5 when KL > 2·desired_kl, ×1.5 when < ½·desired_kl
     desired_kl: float = 0.01
+    anneal_lr: bool = False  # decay the policy's lr linearly to 0 over train.total_steps (CleanRL)
     critic_lr: float | None = None  # a learning rate of the critic's own (None: algo.lr for everything)
     value_clip: float | None = None  # clip range of the value loss (None: algo.clip)
     critic_warmup: int = 0  # iterations that fit only the critic before the policy moves

@@ -130,6 +130,8 @@ class Trainer:
         try:
             while self.iteration < total_iters:
                 it_start = time.time()
+                if cfg.algo.anneal_lr:
+                    self.algo.set_lr(cfg.algo.lr * (1 - self.iteration / total_iters))
                 with torch.no_grad():
                     for _ in range(T):
                         act = self.policy.act(obs)

@@ -124,3 +124,13 @@ def test_same_seed_same_training(tmp_path):
     a, b, c = run("a", 1), run("b", 1), run("c", 2)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_anneal_lr_decays_the_policy_lr_linearly(tmp_path):
+    cfg = load_config(REACH, [f"train.run_dir={tmp_path}", "train.name=anneal", "env.num_envs=8",
+                              "train.rollout_steps=4", "train.total_steps=128", "train.eval_every=100",
+                              "train.eval_episodes=2", "train.eval_envs=2", "train.video=false",
+                              "train.progress=false", "algo.anneal_lr=true", "algo.lr=0.001"])
+    Trainer(cfg).train()
+    lrs = [v for _, v in scalars(tmp_path / "anneal", "train/lr")]
+    assert torch.allclose(torch.tensor(lrs), torch.tensor([1e-3, 7.5e-4, 5e-4, 2.5e-4]))
