@@ -32,7 +32,7 @@ class FlowPolicy(GenerativePolicy):
                  fpo_samples: int = 8) -> None:
         super().__init__(obs_dim, action_dim, horizon, execute, denoiser, hidden, critic_hidden, normalize_obs)
         if rl_mode not in (None, *RL_MODES):
-            raise ValueError(f"policy.rl_mode '{rl_mode}' is not a flow mode; available: {', '.join(RL_MODES)}")
+            raise ValueError(f"policy.rl_mode '{rl_mode}' does not apply to flow; available: {', '.join(RL_MODES)}")
         self.steps, self.rl_mode = steps, rl_mode
         self.noise_min, self.noise_max, self.noise_level = noise_min, noise_max, noise_level
         self.fpo_samples = fpo_samples

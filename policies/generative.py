@@ -20,8 +20,8 @@ class GenerativePolicy(nn.Module):
                  normalize_obs: bool = True) -> None:
         super().__init__()
         if not 1 <= execute <= horizon:
-            raise ValueError(f"the executed part of a chunk (env.action_chunk={execute}) must be between 1 and "
-                             f"the predicted horizon (policy.horizon={horizon})")
+            raise ValueError(f"policy.horizon ({horizon}) must be >= env.action_chunk ({execute}) >= 1: a decision "
+                             "executes the first action_chunk actions of the predicted chunk")
         self.action_dim, self.horizon, self.execute = action_dim, horizon, execute
         self.normalizer = RunningNormalizer(obs_dim) if normalize_obs else None
         self.register_buffer("normalizer_fitted", torch.tensor(False))

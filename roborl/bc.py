@@ -7,8 +7,6 @@ from __future__ import annotations
 import math
 import os
 import time
-from datetime import datetime
-from pathlib import Path
 
 import torch
 import yaml
@@ -21,7 +19,7 @@ from roborl.errors import UserError
 from roborl.evaluate import evaluate
 from roborl.logger import Logger
 from roborl.plots import plot_curves
-from roborl.trainer import write_json
+from roborl.trainer import new_run_dir, write_json
 
 
 def train_bc(cfg: Config) -> dict:
@@ -46,11 +44,7 @@ def train_bc(cfg: Config) -> dict:
     obs, actions = data.obs.to(device), data.actions.to(device)
     optimizer = torch.optim.AdamW(policy.denoiser.parameters(), lr=b.lr, weight_decay=b.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 * (1 + math.cos(math.pi * min(s / b.steps, 1))))
-    name = t.name or f"bc_{cfg.env.id.replace('/', '_')}_{datetime.now():%Y%m%d-%H%M%S}"
-    run_dir = Path(t.run_dir) / name
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise UserError(f"run directory '{run_dir}' already exists; choose another train.name")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = new_run_dir(cfg, f"bc_{cfg.env.id.replace('/', '_')}")
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
     logger = Logger(run_dir, b.steps, 0, t.progress)
     gen = torch.Generator(device=device).manual_seed(t.seed)
@@ -89,7 +83,7 @@ def train_bc(cfg: Config) -> dict:
                            "env": cfg.env.id, "run_dir": str(run_dir), "eval_history": history}
                 write_json(run_dir / "summary.json", summary)
                 plot_curves(run_dir / "eval_curve.png", {"deterministic eval": [(s, r) for s, _, r in history]},
-                            f"{name}: BC on {data.episodes} demos", xlabel="gradient steps")
+                            f"{run_dir.name}: BC on {data.episodes} demos", xlabel="gradient steps")
     finally:
         logger.close()
         env.close()

@@ -7,7 +7,6 @@ from torch import nn
 import sim
 import tasks  # noqa: F401  (registers the embedded mujoco/ tasks)
 from policies import DiffusionPolicy, FlowPolicy, GaussianActorCritic
-from policies.flow import RL_MODES as FLOW_MODES
 from policies.gaussian import ACTIVATIONS
 from roborl.config import Config, EnvConfig, PolicyConfig
 from roborl.errors import UserError
@@ -59,28 +58,19 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1) -> nn.Modu
                                    cfg.init_log_std, cfg.normalize_obs, image_shape=image)
     if "rgb" in spaces:
         raise UserError(f"policy.kind '{cfg.kind}' conditions on `state` only; use env.obs_mode=state")
-    if cfg.horizon < execute:
-        raise UserError(f"policy.horizon ({cfg.horizon}) must be >= env.action_chunk ({execute}): "
-                        "a decision executes the first action_chunk actions of the predicted chunk")
-    if cfg.denoiser not in ("mlp", "unet"):
-        raise UserError(f"policy.denoiser '{cfg.denoiser}' is unknown; available: mlp, unet")
     common = dict(denoiser=cfg.denoiser, hidden=list(cfg.hidden), critic_hidden=list(cfg.critic_hidden),
                   normalize_obs=cfg.normalize_obs, steps=cfg.steps)
     try:
         if cfg.kind == "diffusion":
-            if cfg.rl_mode not in (None, "dppo"):
-                raise UserError(f"policy.rl_mode '{cfg.rl_mode}' does not apply to diffusion; use dppo")
             d = cfg.dppo
             return DiffusionPolicy(obs_dim, action_dim, cfg.horizon, execute, train_timesteps=cfg.train_timesteps,
                                    eta=cfg.eta, rl_mode=cfg.rl_mode, finetune_steps=d.finetune_steps, min_sampling_std=d.min_sampling_std,
                                    min_logprob_std=d.min_logprob_std, denoise_discount=d.denoise_discount,
                                    clip_base=d.clip_base, **common)
-        if cfg.rl_mode not in (None, *FLOW_MODES):
-            raise UserError(f"policy.rl_mode '{cfg.rl_mode}' does not apply to flow; available: {', '.join(FLOW_MODES)}")
         return FlowPolicy(obs_dim, action_dim, cfg.horizon, execute, rl_mode=cfg.rl_mode,
                           noise_min=cfg.flow_noise.min_std, noise_max=cfg.flow_noise.max_std,
                           noise_level=cfg.flow_sde.noise_level, fpo_samples=cfg.fpo.samples, **common)
-    except ValueError as exc:
+    except ValueError as exc:  # the policies check their own arguments (rl_mode, denoiser, horizon)
         raise UserError(str(exc)) from exc
 
 

@@ -28,6 +28,17 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def new_run_dir(cfg: Config, default_name: str, hint: str = "choose another train.name") -> Path:
+    """`train.run_dir/train.name` (or `default_name` with a timestamp), created; an existing, non-empty
+    one is refused so that no earlier run is overwritten (`hint`, formatted with `run_dir`, says what to do)."""
+    name = cfg.train.name or f"{default_name}_{datetime.now():%Y%m%d-%H%M%S}"
+    run_dir = Path(cfg.train.run_dir) / name
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise UserError(f"run directory '{run_dir}' already exists; {hint.format(run_dir=run_dir)}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
 class Trainer:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
@@ -58,11 +69,8 @@ class Trainer:
         else:
             if cfg.policy.init:
                 load_pretrained(self.policy, cfg.policy.init)
-            name = cfg.train.name or f"{cfg.env.id.replace('/', '_')}_{datetime.now():%Y%m%d-%H%M%S}"
-            self.run_dir = Path(cfg.train.run_dir) / name
-            if self.run_dir.exists() and any(self.run_dir.iterdir()):
-                raise UserError(f"run directory '{self.run_dir}' already exists; choose another train.name "
-                                f"or continue it with resume={self.run_dir / 'checkpoints' / 'last.safetensors'}")
+            self.run_dir = new_run_dir(cfg, cfg.env.id.replace("/", "_"), "choose another train.name or continue "
+                                       "it with resume={run_dir}/checkpoints/last.safetensors")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
         self.eval_env = None
