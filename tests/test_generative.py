@@ -37,6 +37,20 @@ def obs_batch(n=5):
     return {"state": torch.randn(n, OBS)}
 
 
+def rollout(policy, T, N, random_rewards=True) -> RolloutBuffer:
+    """A T×N buffer of the policy's own actions on random observations, advantages computed."""
+    buf = RolloutBuffer(T, N, torch.device("cpu"))
+    with torch.no_grad():
+        for _ in range(T):
+            obs = obs_batch(N)
+            act = policy.act(obs)
+            assert act.action.shape == (N, H, A) and act.action.abs().max() <= 1
+            reward = torch.randn(N) if random_rewards else torch.zeros(N)
+            buf.add(obs, act, reward, torch.zeros(N, dtype=torch.bool))
+        buf.finish(torch.zeros(N), 0.9, 0.9)
+    return buf
+
+
 def test_dppo_log_prob_is_the_sum_of_ddim_gaussian_steps():
     policy = diffusion()
     obs = obs_batch()
@@ -151,14 +165,7 @@ POLICIES = {"dppo": lambda: diffusion(), "flow_noise": lambda: flow("flow_noise"
 def test_ppo_ratio_is_exactly_one_before_the_first_update(mode):
     policy = POLICIES[mode]()
     T, N = 3, 8
-    buf = RolloutBuffer(T, N, torch.device("cpu"))
-    with torch.no_grad():
-        for _ in range(T):
-            obs = obs_batch(N)
-            act = policy.act(obs)
-            assert act.action.shape == (N, H, A) and act.action.abs().max() <= 1
-            buf.add(obs, act, torch.randn(N), torch.zeros(N, dtype=torch.bool))
-        buf.finish(torch.zeros(N), 0.9, 0.9)
+    buf = rollout(policy, T, N)
     data = buf.flat()
     idx = torch.randperm(T * N)[:10]
     act = Act(data["actions"][idx], data["log_probs"][idx], extras={k: v[idx] for k, v in data["extras"].items()})
@@ -276,12 +283,7 @@ def test_bc_regularizer_pulls_the_fine_tuned_network_back_to_the_pretrained_one(
         for p in policy.denoiser.parameters():
             p.add_(0.05 * torch.randn_like(p))
     T, N = 4, 16
-    buf = RolloutBuffer(T, N, torch.device("cpu"))
-    with torch.no_grad():
-        for _ in range(T):
-            obs = obs_batch(N)
-            buf.add(obs, policy.act(obs), torch.zeros(N), torch.zeros(N, dtype=torch.bool))
-        buf.finish(torch.zeros(N), 0.9, 0.9)
+    buf = rollout(policy, T, N, random_rewards=False)
     ppo = PPO(policy, PPOConfig(lr=1e-3, epochs=4, minibatches=2, bc_coef=10.0, target_kl=None))
     first = ppo.update(buf)["bc_loss"]
     for _ in range(4):
@@ -293,12 +295,7 @@ def test_bc_regularizer_pulls_the_fine_tuned_network_back_to_the_pretrained_one(
 def test_critic_warmup_moves_only_the_critic_and_critic_lr_is_its_own():
     policy = diffusion()
     T, N = 3, 8
-    buf = RolloutBuffer(T, N, torch.device("cpu"))
-    with torch.no_grad():
-        for _ in range(T):
-            obs = obs_batch(N)
-            buf.add(obs, policy.act(obs), torch.randn(N), torch.zeros(N, dtype=torch.bool))
-        buf.finish(torch.zeros(N), 0.9, 0.9)
+    buf = rollout(policy, T, N)
     ppo = PPO(policy, PPOConfig(lr=1e-5, critic_lr=1e-3, epochs=1, minibatches=1))
     assert [g["lr"] for g in ppo.optimizer.param_groups] == [1e-5, 1e-3]
     actor = [p.clone() for p in policy.denoiser.parameters()]
