@@ -24,24 +24,11 @@ from roborl.config import load_config
 from roborl.demos import demos_file, record_demos
 from roborl.plots import plot_curves
 from roborl.trainer import Trainer
+from study import first_reaching, run_once
 
 ROOT = Path(__file__).resolve().parents[1]
 BC_CONFIG = {"dppo": "bc_diffusion_push", "flow_noise": "bc_flow_push", "flow_sde": "bc_flow_push", "fpo": "bc_flow_push"}
 TARGET = 0.9
-
-
-def run_once(run_dir: Path, name: str, reuse: bool, start) -> dict:
-    summary = run_dir / name / "summary.json"
-    if reuse and summary.is_file():
-        return json.loads(summary.read_text())
-    return start()
-
-
-def first_reaching(history: list[list[float]], target: float) -> tuple[float, float] | None:
-    for steps, wall, success in history:
-        if success >= target:
-            return steps, wall
-    return None
 
 
 @torch.no_grad()

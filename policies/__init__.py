@@ -4,5 +4,6 @@ from policies.diffusion import DiffusionPolicy
 from policies.flow import FlowPolicy
 from policies.gaussian import GaussianActorCritic
 from policies.normalizer import RunningNormalizer
+from policies.residual import ResidualPolicy
 
-__all__ = ["Act", "DiffusionPolicy", "FlowPolicy", "GaussianActorCritic", "RunningNormalizer"]
+__all__ = ["Act", "DiffusionPolicy", "FlowPolicy", "GaussianActorCritic", "ResidualPolicy", "RunningNormalizer"]

@@ -1,19 +1,24 @@
 """Config -> objects: the environment (with its wrappers), the policy, the device."""
 from __future__ import annotations
 
+import importlib
+
 import torch
 from torch import nn
 
 import sim
-import tasks  # noqa: F401  (registers the embedded mujoco/ tasks)
-from policies import DiffusionPolicy, FlowPolicy, GaussianActorCritic
+import tasks  # registers the embedded mujoco/ tasks
+from policies import DiffusionPolicy, FlowPolicy, GaussianActorCritic, ResidualPolicy
 from policies.gaussian import ACTIVATIONS
-from roborl.config import Config, EnvConfig, PolicyConfig
+from roborl.config import Config, EnvConfig, PolicyConfig, ResidualConfig, config_from_dict
 from roborl.errors import UserError
+from sim.base_action import BaseActionEnv
 from sim.chunking import ActionChunkEnv
 from sim.history import StateHistoryEnv
+from sim.wrapper import VecEnvWrapper
+from tasks.expert import ImperfectExpert
 
-POLICY_KINDS = ("gaussian", "diffusion", "flow")
+POLICY_KINDS = ("gaussian", "diffusion", "flow", "residual")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -43,11 +48,85 @@ def make_env(cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> 
     return env
 
 
-def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1) -> nn.Module:
+def make_residual_env(cfg: Config, num_envs: int, seed: int, device: torch.device) -> sim.VecEnv:
+    """The env a residual policy acts in: the simulator (with the base's observation history) plus the
+    frozen base, whose action for each step is `obs["base_action"]` (sim/base_action.py)."""
+    r = cfg.residual
+    if not r.base:
+        raise UserError("policy.kind residual needs residual.base: expert, a checkpoint path or module:factory")
+    if cfg.env.action_chunk != 1:
+        raise UserError("a residual policy corrects every control step: set env.action_chunk=1 "
+                        "(a chunked base runs its own chunks open loop)")
+    if r.base == "expert":
+        env = make_env(cfg.env, num_envs, seed, device)
+        return BaseActionEnv(env, make_expert_base(cfg.env.id, env, r, seed))
+    if ":" in r.base and not r.base.endswith(".safetensors"):
+        env = make_env(cfg.env, num_envs, seed, device)
+        module, _, name = r.base.partition(":")
+        try:
+            factory = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as exc:
+            raise UserError(f"residual.base '{r.base}': cannot import {name} from {module} ({exc})") from exc
+        base = factory(env)
+        return BaseActionEnv(env, base, getattr(base, "execute", 1))
+    policy, base_cfg = load_base_policy(r.base, device)
+    if base_cfg.env.id != cfg.env.id:
+        raise UserError(f"residual.base '{r.base}' was trained on {base_cfg.env.id}, not {cfg.env.id}")
+    if cfg.env.obs_history not in (1, base_cfg.env.obs_history):
+        raise UserError(f"env.obs_history is set by the base checkpoint ({base_cfg.env.obs_history}); leave it at 1")
+    env = make_env(EnvConfig(**{**vars(cfg.env), "obs_history": base_cfg.env.obs_history}), num_envs, seed, device)
+    return BaseActionEnv(env, lambda obs: policy.act(obs, deterministic=True).action, base_cfg.env.action_chunk)
+
+
+def make_expert_base(env_id: str, env: sim.VecEnv, r: ResidualConfig, seed: int) -> ImperfectExpert:
+    if env_id not in tasks.EXPERTS:
+        raise UserError(f"residual.base expert: no scripted expert for '{env_id}'; tasks with experts: "
+                        f"{', '.join(tasks.EXPERTS)}")
+    while isinstance(env, VecEnvWrapper):  # the expert reads the simulator's privileged state
+        env = env.env
+    try:
+        return ImperfectExpert(tasks.EXPERTS[env_id](env), r.base_bias, r.base_noise, seed)
+    except ValueError as exc:
+        raise UserError(f"residual.base expert: {exc}") from exc
+
+
+def load_base_policy(path: str, device: torch.device) -> tuple[nn.Module, Config]:
+    """A trained roborl policy, frozen, and the config it was trained with."""
+    from roborl.checkpoint import Checkpoint
+
+    ckpt = Checkpoint(path)
+    base_cfg = config_from_dict(ckpt.config)
+    if base_cfg.policy.kind == "residual":
+        raise UserError(f"residual.base '{path}' is itself a residual policy; use its base, or export it first")
+    probe = make_env(base_cfg.env, 1, 0, torch.device("cpu"))
+    policy = make_policy(base_cfg.policy, probe, base_cfg.env.action_chunk)
+    probe.close()
+    ckpt.load_policy(policy)
+    return policy.to(device).eval().requires_grad_(False), base_cfg
+
+
+def make_run_env(cfg: Config, num_envs: int, seed: int, device: torch.device) -> sim.VecEnv:
+    """The environment a run's policy acts in (training and evaluation)."""
+    if cfg.policy.kind == "residual":
+        return make_residual_env(cfg, num_envs, seed, device)
+    return make_env(cfg.env, num_envs, seed, device)
+
+
+def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: ResidualConfig | None = None,
+                state_std: bool = False) -> nn.Module:
     spaces = env.observation_space.spaces
     obs_dim, action_dim = spaces["state"].shape[0], env.action_dim
     if cfg.kind not in POLICY_KINDS:
         raise UserError(f"policy.kind '{cfg.kind}' is unknown; available: {', '.join(POLICY_KINDS)}")
+    if cfg.kind == "residual":
+        if "base_action" not in spaces:
+            raise UserError("policy.kind residual needs an env with a base (residual.base)")
+        r = residual or ResidualConfig()
+        try:
+            return ResidualPolicy(obs_dim, action_dim, r.scale, r.inputs, list(cfg.hidden), cfg.activation,
+                                  cfg.init_log_std, state_std, cfg.normalize_obs, critic=not state_std)
+        except ValueError as exc:
+            raise UserError(str(exc)) from exc
     if cfg.kind == "gaussian":
         if cfg.activation not in ACTIVATIONS:
             raise UserError(f"policy.activation '{cfg.activation}' is unknown; available: {', '.join(ACTIVATIONS)}")
@@ -94,6 +173,6 @@ def load_pretrained(policy: nn.Module, path: str) -> None:
 
 
 def build(cfg: Config, device: torch.device) -> tuple[sim.VecEnv, nn.Module]:
-    env = make_env(cfg.env, cfg.env.num_envs, cfg.train.seed, device)
-    policy = make_policy(cfg.policy, env, cfg.env.action_chunk)
+    env = make_run_env(cfg, cfg.env.num_envs, cfg.train.seed, device)
+    policy = make_policy(cfg.policy, env, cfg.env.action_chunk, cfg.residual, state_std=cfg.train.algorithm == "sac")
     return env, policy.to(device)

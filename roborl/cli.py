@@ -11,10 +11,10 @@ from roborl.errors import UserError
 
 def _train(args: argparse.Namespace) -> int:
     from roborl.config import load_config
-    from roborl.trainer import Trainer
+    from roborl.off_policy import make_trainer
 
     cfg = load_config(args.config, args.overrides)
-    summary = Trainer(cfg).train()
+    summary = make_trainer(cfg).train()
     print(json.dumps(summary))
     return 0
 
@@ -40,20 +40,12 @@ def _demos(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from roborl.builder import build, resolve_device
-    from roborl.checkpoint import Checkpoint
-    from roborl.config import config_from_dict
-    from roborl.evaluate import evaluate
+    from pathlib import Path
 
-    ckpt = Checkpoint(args.checkpoint)
-    cfg = config_from_dict(ckpt.config)
-    cfg.env.num_envs = min(args.envs, args.episodes)
-    device = resolve_device(args.device)
-    env, policy = build(cfg, device)
-    ckpt.load_policy(policy)
-    video = args.video_path or (str(ckpt.path.with_suffix(".mp4")) if args.video else None)
-    result = evaluate(policy.eval(), env, args.episodes, seed=args.seed, video_path=video)
-    env.close()
+    from roborl.evaluate import evaluate_checkpoint
+
+    video = args.video_path or (str(Path(args.checkpoint).with_suffix(".mp4")) if args.video else None)
+    result = evaluate_checkpoint(args.checkpoint, args.episodes, args.envs, args.seed, args.device, video)
     if video:
         result["video"] = video
     if args.json:

@@ -58,7 +58,7 @@ class FPOConfig:
 
 @dataclass
 class PolicyConfig:
-    kind: str = "gaussian"  # gaussian | diffusion | flow
+    kind: str = "gaussian"  # gaussian | diffusion | flow | residual (a correction of `residual.base`)
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     activation: str = "tanh"
     init_log_std: float = -0.5
@@ -101,6 +101,31 @@ class PPOConfig:
 
 
 @dataclass
+class SACConfig:
+    lr: float = 3e-4  # actor and critics
+    gamma: float = 0.9
+    tau: float = 0.005  # Polyak rate of the target critics
+    batch_size: int = 256
+    buffer_size: int = 1_000_000  # transitions, kept on train.device
+    utd_ratio: float = 0.5  # gradient updates per environment transition (N envs step → round(N·utd) updates)
+    seed_steps: int = 10000  # env steps of base-policy rollouts (no residual) before the first update
+    progressive_steps: int = 0  # Policy Decorator: the residual is on per episode with prob min(t/H, 1); 0: always on
+    init_alpha: float = 0.1  # entropy temperature, learned toward target_entropy
+    target_entropy: float | None = None  # None: −action_dim
+    critic_hidden: list[int] = field(default_factory=lambda: [256, 256])
+    actor_delay: int = 1  # critic updates per actor update
+
+
+@dataclass
+class ResidualConfig:
+    base: str | None = None  # expert | a checkpoint path (.safetensors) | module:factory (factory(env) -> callable)
+    base_noise: float = 0.0  # expert only: std of Gaussian noise on its normalized actions
+    base_bias: list[float] = field(default_factory=list)  # expert only: constant offset of its actions
+    scale: float = 0.1  # action = base + scale·tanh(residual)
+    inputs: str = "obs+base"  # what the residual sees: obs+base | obs
+
+
+@dataclass
 class BCConfig:
     demos: str = ""  # a directory written by `roborl demos` or its demos.hdf5
     max_episodes: int | None = None  # use only the first N (successful) episodes
@@ -114,6 +139,7 @@ class BCConfig:
 
 @dataclass
 class TrainConfig:
+    algorithm: str = "ppo"  # ppo (on-policy, section `algo`) | sac (off-policy, section `sac`)
     total_steps: int = 1_000_000
     rollout_steps: int = 50
     eval_every: int = 10  # iterations
@@ -141,6 +167,8 @@ class Config:
     algo: PPOConfig = field(default_factory=PPOConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     bc: BCConfig = field(default_factory=BCConfig)
+    sac: SACConfig = field(default_factory=SACConfig)
+    residual: ResidualConfig = field(default_factory=ResidualConfig)
 
 
 def _type_name(tp: Any) -> str:

@@ -45,3 +45,21 @@ def evaluate(policy: torch.nn.Module, env: sim.VecEnv, episodes: int, seed: int 
     out = {k: float(torch.cat(v)[:episodes].mean()) if v else float("nan") for k, v in stats.items()}
     return {"success_rate": out["success_at_end"], "success_once": out["success_once"],
             "mean_return": out["return"], "mean_length": out["length"], "episodes": min(done_count, episodes)}
+
+
+def evaluate_checkpoint(path: str | Path, episodes: int, envs: int = 25, seed: int = 12345, device: str = "auto",
+                        video_path: str | Path | None = None) -> dict[str, float]:
+    """`evaluate` of a saved policy in the environment of its own config (base and wrappers included)."""
+    from roborl.builder import build, resolve_device
+    from roborl.checkpoint import Checkpoint
+    from roborl.config import config_from_dict
+
+    ckpt = Checkpoint(path)
+    cfg = config_from_dict(ckpt.config)
+    cfg.env.num_envs = min(envs, episodes)
+    env, policy = build(cfg, resolve_device(device))
+    ckpt.load_policy(policy)
+    try:
+        return evaluate(policy.eval(), env, episodes, seed=seed, video_path=video_path)
+    finally:
+        env.close()

@@ -13,7 +13,7 @@ import yaml
 
 from roborl.algos.ppo import PPO
 from roborl.buffer import RolloutBuffer, bootstrap_timeouts
-from roborl.builder import build, load_pretrained, make_env, resolve_device
+from roborl.builder import build, load_pretrained, make_run_env, resolve_device
 from roborl.checkpoint import Checkpoint, save_checkpoint
 from roborl.config import Config, config_to_dict
 from roborl.errors import UserError
@@ -47,7 +47,7 @@ class Trainer:
         torch.set_num_threads(cfg.train.threads or max(1, (os.cpu_count() or 1) // 2))
         torch.manual_seed(cfg.train.seed)
         self.env, self.policy = build(cfg, self.device)
-        self.algo = PPO(self.policy, cfg.algo)
+        self.algo = self.make_algo()
         self.env_steps = 0
         self.iteration = 0
         self.best_success = -1.0
@@ -74,6 +74,10 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
         self.eval_env = None
+        self.buffer: RolloutBuffer | None = None
+
+    def make_algo(self) -> PPO:
+        return PPO(self.policy, self.cfg.algo)
 
     # ---- state ---------------------------------------------------------------------------------
     def trainer_state(self, wall: float) -> dict:
@@ -89,7 +93,7 @@ class Trainer:
     def run_eval(self, wall: float) -> dict[str, float]:
         t = self.cfg.train
         if self.eval_env is None:
-            self.eval_env = make_env(self.cfg.env, min(t.eval_envs, t.eval_episodes), t.seed + 1, self.device)
+            self.eval_env = make_run_env(self.cfg, min(t.eval_envs, t.eval_episodes), t.seed + 1, self.device)
         video = None
         if t.video and self.cfg.env.id.startswith("mujoco/"):
             (self.run_dir / "videos").mkdir(exist_ok=True)
@@ -117,57 +121,36 @@ class Trainer:
 
     # ---- the loop -----------------------------------------------------------------------------
     def train(self) -> dict:
+        """Iterations of `iterate` (collect + update), each followed by logging, evaluation, checkpoints."""
         cfg, t = self.cfg, self.cfg.train
-        N, T = self.env.num_envs, t.rollout_steps
-        steps_per_iter = N * T * cfg.env.action_chunk  # control steps: a decision runs a chunk of K
+        steps_per_iter = self.env.num_envs * t.rollout_steps * cfg.env.action_chunk  # control steps
         total_iters = math.ceil(t.total_steps / steps_per_iter)
-        buffer = RolloutBuffer(T, N, self.device)
         logger = Logger(self.run_dir, total_iters * steps_per_iter, self.env_steps, t.progress)
-        gen = torch.Generator().manual_seed(t.seed + self.iteration)
+        self.generator = torch.Generator().manual_seed(t.seed + self.iteration)
         start = time.time()
         wall = self.wall_time_prev
-        obs = self.env.reset(seed=t.seed + self.iteration)
+        self.obs = self.env.reset(seed=t.seed + self.iteration)
         if self.iteration == 0:
-            self.policy.update_normalizer(obs)
-            if cfg.policy.init and t.eval_at_start:
+            self.policy.update_normalizer(self.obs)
+            if (cfg.policy.init or cfg.policy.kind == "residual") and t.eval_at_start:
                 result = self.run_eval(wall)
                 logger.scalars("eval", result, self.env_steps)
                 logger.bar.write(f"[0 steps] eval success of the initial policy {result['success_rate']:.3f}")
-        ep_returns: list[float] = []
-        ep_success: list[float] = []
         try:
             while self.iteration < total_iters:
                 it_start = time.time()
-                if cfg.algo.anneal_lr:
-                    self.algo.set_lr(cfg.algo.lr * (1 - self.iteration / total_iters))
-                with torch.no_grad():
-                    for _ in range(T):
-                        act = self.policy.act(obs)
-                        next_obs, reward, term, trunc, info = self.env.step(act.action)
-                        if trunc.any():
-                            final_v = self.policy.value(info["final_obs"])
-                            reward = bootstrap_timeouts(reward, trunc, final_v, cfg.algo.gamma)
-                        buffer.add(obs, act, reward, term | trunc)
-                        if "episode" in info:
-                            done = info["done"]
-                            ep_returns += info["episode"]["return"][done].tolist()
-                            ep_success += info["episode"]["success_at_end"][done].float().tolist()
-                        obs = next_obs
-                    buffer.finish(self.policy.value(obs), cfg.algo.gamma, cfg.algo.gae_lambda)
-                collect_time = time.time() - it_start
-                stats = self.algo.update(buffer, gen, train_actor=self.iteration >= cfg.algo.critic_warmup)
-                self.policy.update_normalizer(buffer.obs)
+                self.episodes: dict[str, list[float]] = {"return": [], "success": []}
+                stats = self.iterate(total_iters)
                 self.iteration += 1
                 self.env_steps += steps_per_iter
                 wall = self.wall_time_prev + time.time() - start
                 sps = steps_per_iter / (time.time() - it_start)
-                stats.update(sps=sps, collect_sps=steps_per_iter / collect_time)
+                stats["sps"] = sps
                 logger.scalars("train", stats, self.env_steps)
-                if ep_returns:
-                    logger.scalars("rollout", {"return": sum(ep_returns) / len(ep_returns),
-                                               "success": sum(ep_success) / len(ep_success)}, self.env_steps)
-                postfix = {"sps": sps, "ret": sum(ep_returns) / len(ep_returns) if ep_returns else 0.0}
-                ep_returns, ep_success = [], []
+                ep = self.episodes
+                if ep["return"]:
+                    logger.scalars("rollout", {k: sum(v) / len(v) for k, v in ep.items()}, self.env_steps)
+                postfix = {"sps": sps, "ret": sum(ep["return"]) / len(ep["return"]) if ep["return"] else 0.0}
                 last = self.iteration == total_iters or (t.max_minutes and wall > 60 * t.max_minutes)
                 if self.iteration % t.eval_every == 0 or last:
                     result = self.run_eval(wall)
@@ -196,3 +179,37 @@ class Trainer:
         if self.eval_env is not None:
             self.eval_env.close()
         return summary
+
+    def record_episodes(self, info: dict) -> None:
+        if "episode" in info:
+            done = info["done"]
+            self.episodes["return"] += info["episode"]["return"][done].tolist()
+            self.episodes["success"] += info["episode"]["success_at_end"][done].float().tolist()
+
+    def iterate(self, total_iters: int) -> dict[str, float]:
+        """One PPO iteration: a rollout of T steps, GAE with bootstrapped time-outs, the update."""
+        cfg = self.cfg
+        if self.buffer is None:
+            self.buffer = RolloutBuffer(cfg.train.rollout_steps, self.env.num_envs, self.device)
+        buffer = self.buffer
+        if cfg.algo.anneal_lr:
+            self.algo.set_lr(cfg.algo.lr * (1 - self.iteration / total_iters))
+        collect_start = time.time()
+        obs = self.obs
+        with torch.no_grad():
+            for _ in range(cfg.train.rollout_steps):
+                act = self.policy.act(obs)
+                next_obs, reward, term, trunc, info = self.env.step(act.action)
+                if trunc.any():
+                    final_v = self.policy.value(info["final_obs"])
+                    reward = bootstrap_timeouts(reward, trunc, final_v, cfg.algo.gamma)
+                buffer.add(obs, act, reward, term | trunc)
+                self.record_episodes(info)
+                obs = next_obs
+            buffer.finish(self.policy.value(obs), cfg.algo.gamma, cfg.algo.gae_lambda)
+        self.obs = obs
+        collect_time = time.time() - collect_start
+        stats = self.algo.update(buffer, self.generator, train_actor=self.iteration >= cfg.algo.critic_warmup)
+        self.policy.update_normalizer(buffer.obs)
+        stats["collect_sps"] = buffer.T * buffer.N * cfg.env.action_chunk / collect_time
+        return stats

@@ -49,3 +49,28 @@ class ScriptedExpert:
         stacked = torch.stack(phases, 0)
         idx = self.phase.clamp(max=len(phases) - 1)
         return stacked[idx, torch.arange(len(idx))]
+
+
+class ImperfectExpert:
+    """A scripted expert made realistically imperfect: a constant bias on its normalized action (a
+    miscalibrated controller) plus Gaussian noise, clipped to [-1, 1]. A base for residual RL."""
+
+    def __init__(self, expert: ScriptedExpert, bias: list[float] | None = None, noise: float = 0.0,
+                 seed: int = 0) -> None:
+        self.expert = expert
+        dim = expert.env.action_dim
+        bias = list(bias or [])
+        if len(bias) not in (0, dim):
+            raise ValueError(f"the expert's action bias needs {dim} values (one per action dim), got {len(bias)}")
+        self.bias = torch.tensor(bias or [0.0] * dim, dtype=torch.float32, device=expert.env.device)
+        self.noise = noise
+        self.generator = torch.Generator(device=expert.env.device).manual_seed(seed)
+
+    def reset(self, mask: torch.Tensor | None = None) -> None:
+        self.expert.reset(mask)
+
+    def __call__(self, obs: dict | None = None) -> torch.Tensor:
+        action = self.expert.act(obs) + self.bias
+        if self.noise > 0:
+            action = action + self.noise * torch.randn(action.shape, generator=self.generator, device=action.device)
+        return action.clamp(-1, 1)

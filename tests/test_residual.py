@@ -1,0 +1,225 @@
+"""Residual RL: the composition starts at the base, the base gets no gradient, chunk bookkeeping holds
+across resets, SAC's critic moves toward the Bellman target, and residual PPO / SAC fix a biased base."""
+import json
+
+import pytest
+import torch
+from torch.distributions import Normal, TanhTransform, TransformedDistribution
+
+import sim
+import tasks
+from helpers import ROOT, roborl
+from policies import ResidualPolicy
+from roborl.algos.sac import SAC
+from roborl.builder import build, make_policy
+from roborl.config import SACConfig, config_from_dict
+from roborl.errors import UserError
+from roborl.off_policy import SACTrainer, make_trainer
+from roborl.replay import ReplayBuffer
+from sim.base_action import BaseActionEnv
+from tasks.expert import ImperfectExpert
+
+# A biased Reach expert (≈ 0% success: it stops 4 cm off the goal); residual.scale 1 can cancel the bias.
+BIASED_REACH = {"env": {"id": "mujoco/Reach", "num_envs": 32},
+                "policy": {"kind": "residual", "hidden": [64, 64]},
+                "residual": {"base": "expert", "base_bias": [1.0, 1.0, 0.0, 0.0], "scale": 1.0},
+                "train": {"progress": False, "video": False, "eval_episodes": 32, "device": "cpu"}}
+
+
+def test_residual_starts_exactly_at_the_base():
+    raw = sim.make("mujoco/PickPlace", 8, seed=0)
+    env = BaseActionEnv(raw, ImperfectExpert(tasks.EXPERTS["mujoco/PickPlace"](raw), [0.2, 0.0, 0.0, 0.0], noise=0.3))
+    policy = ResidualPolicy(raw.observation_space["state"].shape[0], raw.action_dim, scale=0.3)
+    obs = env.reset(seed=0)
+    for _ in range(20):
+        act = policy.act(obs, deterministic=True)
+        assert torch.equal(act.action, obs["base_action"])  # residual's last layer is zero at step 0
+        obs, *_ = env.step(act.action)
+    stochastic = policy.act(obs)
+    assert not torch.equal(stochastic.action, obs["base_action"])
+    assert ((stochastic.action - obs["base_action"]).abs() <= 0.3 + 1e-6).all()  # bounded by the scale
+
+
+def test_squashed_log_prob_matches_torch_tanh_transform():
+    policy = ResidualPolicy(5, 3, scale=0.2, state_std=True)
+    torch.nn.init.normal_(policy.actor[-1].weight, std=0.1)
+    obs = {"state": torch.randn(64, 5), "base_action": torch.rand(64, 3) * 2 - 1}
+    with torch.no_grad():
+        d = policy.distribution(policy.features(obs))
+    dist = Normal(d.mean.double(), d.stddev.double())  # float64: atanh(tanh(u)) stays accurate
+    u = dist.sample()
+    reference = TransformedDistribution(Normal(dist.mean, dist.stddev), [TanhTransform()])
+    keep = u.abs().max(-1).values < 6  # atanh(tanh(u)) is exact only away from saturation
+    expected = reference.log_prob(torch.tanh(u)).sum(-1)
+    assert keep.sum() > 50
+    torch.testing.assert_close(policy.squashed_log_prob(dist, u)[keep], expected[keep], atol=1e-6, rtol=1e-6)
+
+
+def _checkpoint_base(tmp_path):
+    """A trained-format checkpoint of a chunked flow policy on Reach (BC-style base)."""
+    from roborl.checkpoint import save_checkpoint
+    from roborl.config import config_to_dict
+
+    cfg = config_from_dict({"env": {"id": "mujoco/Reach", "action_chunk": 2, "obs_history": 2},
+                            "policy": {"kind": "flow", "horizon": 4, "hidden": [32, 32], "steps": 2}})
+    env, policy = build(cfg, torch.device("cpu"))
+    path = tmp_path / "base.safetensors"
+    save_checkpoint(path, policy, None, config_to_dict(cfg), {})
+    return path
+
+
+def test_gradients_never_reach_the_base(tmp_path):
+    path = _checkpoint_base(tmp_path)
+    cfg = config_from_dict({"env": {"id": "mujoco/Reach", "num_envs": 8}, "policy": {"kind": "residual", "hidden": [32]},
+                            "residual": {"base": str(path), "scale": 0.2}, "train": {"device": "cpu"}})
+    env, policy = build(cfg, torch.device("cpu"))
+    assert env.execute == 2 and env.observation_space["state"].shape[0] == 2 * sim.make("mujoco/Reach", 1).observation_space["state"].shape[0]
+    base = env.base.__closure__[0].cell_contents  # the frozen flow policy inside the base callable
+    before = {k: v.clone() for k, v in base.state_dict().items()}
+    obs = env.reset(seed=0)
+    assert not obs["base_action"].requires_grad
+    act = policy.act(obs)
+    log_prob, entropy, value = policy.evaluate(obs, act)
+    (log_prob.mean() + value.mean() + policy.bc_regularizer(obs, act)).backward()
+    assert all(p.grad is None and not p.requires_grad for p in base.parameters())
+    assert any(p.grad is not None for p in policy.parameters())
+    env.step(act.action)
+    assert all(torch.equal(v, base.state_dict()[k]) for k, v in before.items())
+
+
+class CountingChunkBase:
+    """Chunks whose action encodes (call number, index in chunk); records resets."""
+
+    def __init__(self, num_envs, action_dim, horizon):
+        self.calls = torch.zeros(num_envs)
+        self.shape = (num_envs, horizon, action_dim)
+        self.resets = []
+
+    def __call__(self, obs):
+        self.calls += 1
+        chunk = torch.zeros(self.shape)
+        chunk[..., 0] = self.calls[:, None] / 100
+        chunk[..., 1] = torch.arange(self.shape[1]) / 10
+        return chunk
+
+    def reset(self, mask=None):
+        self.resets.append(None if mask is None else mask.clone())
+
+
+def test_chunked_base_runs_open_loop_and_restarts_at_episode_ends():
+    raw = sim.make("mujoco/Reach", 4, seed=0, episode_length=5)  # 5 is not a multiple of the chunk
+    base = CountingChunkBase(4, raw.action_dim, horizon=4)
+    env = BaseActionEnv(raw, base, execute=3)
+    obs = env.reset(seed=0)
+    seen = [obs["base_action"][0, :2].tolist()]
+    for step in range(9):
+        obs, _, term, trunc, info = env.step(torch.zeros(4, raw.action_dim))
+        seen.append(obs["base_action"][0, :2].tolist())
+        if step == 4:
+            assert (term | trunc).all() and base.resets[-1].all()
+            assert torch.equal(info["final_obs"]["base_action"][:, 1], torch.full((4,), 0.1))  # last executed: index 1
+    # call 1: steps 0-2, call 2: steps 3-4 (episode ends after step 4), call 3: steps 5-7, call 4: 8-9
+    calls = [round(s[0] * 100) for s in seen]
+    index = [round(s[1] * 10) for s in seen]
+    assert calls == [1, 1, 1, 2, 2, 3, 3, 3, 4, 4], calls
+    assert index == [0, 1, 2, 0, 1, 0, 1, 2, 0, 1], index
+    assert base.resets[0] is None  # env.reset resets the base
+
+
+def test_base_with_wrong_shape_is_refused():
+    raw = sim.make("mujoco/Reach", 2, seed=0)
+    with pytest.raises(sim.SimError, match="expected N×A or N×H×A"):
+        BaseActionEnv(raw, lambda obs: torch.zeros(2, 7)).reset()
+
+
+def test_sac_critic_moves_toward_the_bellman_target():
+    torch.manual_seed(0)
+    policy = ResidualPolicy(3, 2, scale=0.5, state_std=True, critic=False, normalize_obs=False)
+    sac = SAC(policy, 5, 2, SACConfig(lr=1e-3, gamma=0.9, init_alpha=0.1), torch.device("cpu"))
+    obs = {"state": torch.randn(128, 3), "base_action": torch.zeros(128, 2)}
+    next_obs = {"state": torch.randn(128, 3), "base_action": torch.zeros(128, 2)}
+    batch = {"obs": obs, "next_obs": next_obs, "action": torch.rand(128, 2) - 0.5,
+             "reward": torch.randn(128), "terminated": (torch.rand(128) < 0.5).float()}
+    loss0, target0 = sac.critic_loss(batch)
+    # the target is r + γ(1 − d)(min Q_target(s', a') − α log π(a'|s')): check it against its definition
+    torch.manual_seed(1)
+    _, target_a = sac.critic_loss(batch)
+    torch.manual_seed(1)
+    a2, logp2 = policy.sample(next_obs)
+    q1, q2 = sac.target(policy.features(next_obs), a2)
+    expected = batch["reward"] + 0.9 * (1 - batch["terminated"]) * (torch.min(q1, q2) - sac.alpha * logp2)
+    torch.testing.assert_close(target_a, expected.detach())
+    for _ in range(300):
+        sac.update(batch)
+    loss1, _ = sac.critic_loss(batch)
+    assert loss1 < 0.1 * loss0, (float(loss0), float(loss1))
+    terminal = batch["terminated"] > 0  # terminal transitions: Q(s, a) → r exactly
+    q1, _ = sac.critic(policy.features(obs), batch["action"])
+    assert (q1[terminal] - batch["reward"][terminal]).abs().mean() < 0.1
+
+
+def test_replay_buffer_wraps_and_keeps_final_obs():
+    buf = ReplayBuffer(10, torch.device("cpu"))
+    for i in range(4):
+        obs = {"state": torch.full((4, 2), float(i))}
+        buf.add(obs, torch.full((4, 1), float(i)), torch.full((4,), float(i)), {"state": obs["state"] + 0.5},
+                torch.zeros(4, dtype=torch.bool))
+    assert len(buf) == 10 and buf.pos == 6
+    batch = buf.sample(64, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(batch["next_obs"]["state"], batch["obs"]["state"] + 0.5)
+    assert set(batch["action"].flatten().tolist()) <= {1.0, 2.0, 3.0}  # step 0 (and half of 1) overwritten
+
+
+def test_progressive_exploration_schedule():
+    cfg = config_from_dict({**BIASED_REACH, "train": {**BIASED_REACH["train"], "algorithm": "sac", "run_dir": "/tmp/unused"},
+                            "sac": {"seed_steps": 100, "progressive_steps": 1000}})
+    trainer = SACTrainer.__new__(SACTrainer)
+    trainer.cfg = cfg
+    probs = []
+    for collected in (0, 99, 100, 600, 1100, 5000):
+        trainer.collected = collected
+        probs.append(trainer.exploration_prob())
+    assert probs == [0.0, 0.0, 0.0, 0.5, 1.0, 1.0]
+
+
+def test_residual_config_errors(tmp_path):
+    bad = [({"policy": {"kind": "residual"}}, "residual.base"),
+           ({"policy": {"kind": "residual"}, "residual": {"base": "expert", "inputs": "rgb"}}, "residual.inputs"),
+           ({"policy": {"kind": "residual"}, "residual": {"base": "expert", "base_bias": [1.0]}}, "4 values"),
+           ({"policy": {"kind": "residual"}, "residual": {"base": "no_such_module:f"}}, "cannot import"),
+           ({"env": {"controller": "joint_pos"}, "policy": {"kind": "residual"}, "residual": {"base": "expert"}},
+            "ee_delta_pos"),
+           ({"env": {"id": "mujoco/PickPlace"}, "policy": {"kind": "residual"},
+             "residual": {"base": str(_checkpoint_base(tmp_path))}}, "trained on mujoco/Reach")]
+    for data, message in bad:
+        with pytest.raises(UserError, match=message):
+            build(config_from_dict(data), torch.device("cpu"))
+    with pytest.raises(UserError, match="sac trains residual policies"):
+        make_trainer(config_from_dict({"train": {"algorithm": "sac", "run_dir": str(tmp_path)}}))
+    with pytest.raises(UserError, match="available: ppo, sac"):
+        make_trainer(config_from_dict({"train": {"algorithm": "td3"}}))
+
+
+def _run(tmp_path, name, overrides):
+    import yaml
+
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(BIASED_REACH))
+    proc = roborl("train", str(path), f"train.run_dir={tmp_path}", f"train.name={name}", *overrides, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads((tmp_path / name / "summary.json").read_text())
+
+
+def test_residual_ppo_fixes_a_biased_base(tmp_path):
+    s = _run(tmp_path, "ppo", ["train.total_steps=64000", "train.eval_every=10", "algo.lr=1e-3"])
+    base_success, final = s["eval_history"][0][2], s["success_rate"]
+    assert s["eval_history"][0][0] == 0 and base_success <= 0.2, s["eval_history"]
+    assert final >= 0.8, s["eval_history"]
+
+
+def test_residual_sac_fixes_a_biased_base(tmp_path):
+    s = _run(tmp_path, "sac", ["train.algorithm=sac", "policy.activation=relu", "env.num_envs=8",
+                               "train.total_steps=8000", "train.rollout_steps=50", "train.eval_every=4",
+                               "sac.seed_steps=800", "sac.progressive_steps=1600", "sac.utd_ratio=0.5"])
+    base_success, final = s["eval_history"][0][2], s["success_rate"]
+    assert base_success <= 0.2 and final >= 0.8, s["eval_history"]
