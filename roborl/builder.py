@@ -1,6 +1,7 @@
 """Config -> objects: the environment (with its wrappers), the policy, the device."""
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 import torch
@@ -12,6 +13,7 @@ from policies import DiffusionPolicy, FlowPolicy, GaussianActorCritic, ResidualP
 from policies.gaussian import ACTIVATIONS
 from roborl.config import Config, EnvConfig, PolicyConfig, ResidualConfig, config_from_dict
 from roborl.errors import UserError
+from roborl.rm import RewardMachineEnv, load_machine
 from sim.base_action import BaseActionEnv
 from sim.chunking import ActionChunkEnv
 from sim.history import StateHistoryEnv
@@ -41,6 +43,12 @@ def make_env(cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> 
         options.update(controller=cfg.controller, control_freq=cfg.control_freq, obs_mode=cfg.obs_mode,
                        render_size=tuple(cfg.render_size))
     env = sim.make(cfg.id, num_envs, **options)
+    if cfg.rm.machine or cfg.rm.ltlf:
+        try:
+            machine = load_machine(cfg.rm.machine, cfg.rm.ltlf)
+        except ValueError as exc:
+            raise UserError(str(exc)) from exc
+        env = RewardMachineEnv(env, machine, cfg.rm.reward, cfg.rm.shaping_gamma)
     if cfg.obs_history > 1:
         env = StateHistoryEnv(env, cfg.obs_history)
     if cfg.action_chunk > 1:
@@ -74,7 +82,7 @@ def make_residual_env(cfg: Config, num_envs: int, seed: int, device: torch.devic
         raise UserError(f"residual.base '{r.base}' was trained on {base_cfg.env.id}, not {cfg.env.id}")
     if cfg.env.obs_history not in (1, base_cfg.env.obs_history):
         raise UserError(f"env.obs_history is set by the base checkpoint ({base_cfg.env.obs_history}); leave it at 1")
-    env = make_env(EnvConfig(**{**vars(cfg.env), "obs_history": base_cfg.env.obs_history}), num_envs, seed, device)
+    env = make_env(dataclasses.replace(cfg.env, obs_history=base_cfg.env.obs_history), num_envs, seed, device)
     return BaseActionEnv(env, lambda obs: policy.act(obs, deterministic=True).action, base_cfg.env.action_chunk)
 
 
@@ -82,8 +90,8 @@ def make_expert_base(env_id: str, env: sim.VecEnv, r: ResidualConfig, seed: int)
     if env_id not in tasks.EXPERTS:
         raise UserError(f"residual.base expert: no scripted expert for '{env_id}'; tasks with experts: "
                         f"{', '.join(tasks.EXPERTS)}")
-    while isinstance(env, VecEnvWrapper):  # the expert reads the simulator's privileged state
-        env = env.env
+    if isinstance(env, VecEnvWrapper):  # the expert reads the simulator's privileged state
+        env = env.unwrapped
     try:
         return ImperfectExpert(tasks.EXPERTS[env_id](env), r.base_bias, r.base_noise, seed)
     except ValueError as exc:

@@ -19,6 +19,14 @@ from roborl.errors import UserError
 
 
 @dataclass
+class RMConfig:
+    machine: str | None = None  # a reward-machine file (tasks/*.rm) or module:function returning one
+    ltlf: str | None = None  # or an LTLf formula over the task's labels, e.g. "F(at_a & F(at_b))"
+    reward: str = "replace"  # replace the task's reward by the machine's, or add them
+    shaping_gamma: float | None = None  # potential-based shaping with Φ = V_RM and this γ (= algo.gamma); None: off
+
+
+@dataclass
 class EnvConfig:
     id: str = "mujoco/Reach"
     num_envs: int = 64
@@ -29,6 +37,7 @@ class EnvConfig:
     render_size: list[int] = field(default_factory=lambda: [128, 128])
     action_chunk: int = 1  # K: one policy decision executes K actions of its chunk (sim/chunking.py)
     obs_history: int = 1  # n: `state` holds the last n states of the episode (sim/history.py)
+    rm: RMConfig = field(default_factory=RMConfig)  # a reward machine over the task's labels (roborl/rm)
 
 
 @dataclass
@@ -114,6 +123,7 @@ class SACConfig:
     target_entropy: float | None = None  # None: −action_dim
     critic_hidden: list[int] = field(default_factory=lambda: [256, 256])
     actor_delay: int = 1  # critic updates per actor update
+    crm: bool = False  # with env.rm: store each transition as seen from every machine state (CRM)
 
 
 @dataclass

@@ -15,6 +15,7 @@ import torch
 from roborl.algos.sac import SAC
 from roborl.errors import UserError
 from roborl.replay import ReplayBuffer
+from roborl.rm import RewardMachineEnv
 from roborl.trainer import Trainer
 from sim.vec_env import clone_obs, merge_rows
 
@@ -35,6 +36,11 @@ class SACTrainer(Trainer):
         on = torch.rand(self.env.num_envs) < self.exploration_prob()
         self.residual_on = on.to(self.device)
         self.update_debt = 0.0
+        self.crm = None
+        if cfg.sac.crm:
+            self.crm = find_wrapper(self.env, RewardMachineEnv)
+            if self.crm is None:
+                raise UserError("sac.crm needs a reward machine (env.rm.machine or env.rm.ltlf)")
         feature_dim = self.policy.actor[0].in_features
         return SAC(self.policy, feature_dim, self.env.action_dim, cfg.sac, self.device)
 
@@ -62,7 +68,10 @@ class SACTrainer(Trainer):
                 merge_rows(stored_next, info["final_obs"], done)
                 p = self.exploration_prob()
                 self.residual_on[done] = torch.rand(int(done.sum()), generator=self.generator).to(self.device) < p
-            self.replay.add(obs, action, reward, stored_next, term)
+            if self.crm is not None:
+                self.replay.add(*self.counterfactuals(obs, action, stored_next, info))
+            else:
+                self.replay.add(obs, action, reward, stored_next, term)
             self.record_episodes(info)
             self.policy.update_normalizer(obs)
             obs = next_obs
@@ -82,6 +91,29 @@ class SACTrainer(Trainer):
         out.update(collect_sps=self.cfg.train.rollout_steps * N / max(collect_time, 1e-9),
                    residual_on=self.exploration_prob(), replay_size=float(len(self.replay)))
         return out
+
+
+    def counterfactuals(self, obs: dict, action: torch.Tensor, next_obs: dict, info: dict) -> tuple:
+        """CRM: the transition as seen from every non-terminal machine state (the machine's one-hot is the
+        last U entries of `state`; other observation keys are repeated)."""
+        rm, U = self.crm, self.crm.machine.num_states
+        states, next_states, rewards, terminated = rm.counterfactuals(
+            obs["state"][:, :-U], next_obs["state"][:, :-U], info["labels"], info["env_reward"],
+            info["task_terminated"], info.get("reward_terms"))
+        copies = states.shape[0] // action.shape[0]
+        rep = lambda d: {k: v.repeat(copies, *([1] * (v.dim() - 1))) for k, v in d.items()  # noqa: E731
+                         if isinstance(v, torch.Tensor) and k not in ("state", "rm_state")}
+        return ({**rep(obs), "state": states}, action.repeat(copies, 1), rewards,
+                {**rep(next_obs), "state": next_states}, terminated)
+
+
+def find_wrapper(env, cls: type):
+    """The first wrapper of type `cls` around the simulator, or None."""
+    while env is not None:
+        if isinstance(env, cls):
+            return env
+        env = getattr(env, "env", None)
+    return None
 
 
 def make_trainer(cfg) -> Trainer:

@@ -185,6 +185,8 @@ class Trainer:
             done = info["done"]
             self.episodes["return"] += info["episode"]["return"][done].tolist()
             self.episodes["success"] += info["episode"]["success_at_end"][done].float().tolist()
+            if "rm_state" in info:  # how far through the reward machine episodes got
+                self.episodes.setdefault("rm_final_state", []).extend(info["rm_state"][done].float().tolist())
 
     def iterate(self, total_iters: int) -> dict[str, float]:
         """One PPO iteration: a rollout of T steps, GAE with bootstrapped time-outs, the update."""

@@ -6,6 +6,19 @@
 # and this script keeps it (every later install is constrained to the torch that is there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# system packages: EGL/Mesa for headless MuJoCo rendering (eval videos, rgb observations) and the MONA
+# solver that compiles LTLf formulas into reward machines
+missing=()
+for pkg in libegl1 libgl1 libegl-mesa0 libgl1-mesa-dri mona; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+  else
+    echo "note: missing system packages ${missing[*]}; install them with: sudo apt-get install ${missing[*]}" >&2
+  fi
+fi
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv

@@ -86,6 +86,7 @@ class MujocoVecEnv(VecEnv):
         self.elapsed = torch.zeros(num_envs, dtype=torch.long)
         self.episode_return = torch.zeros(num_envs)
         self.success_once = torch.zeros(num_envs, dtype=torch.bool)
+        self.termination_hooks: list = []  # callables (labels N×P, reward_terms N×T | None) -> N bool to end
         self.generator = torch.Generator().manual_seed(seed)
         self.state_version = 0  # bumped whenever the physics state changes; tasks key caches on it
         self._setup()
@@ -116,7 +117,8 @@ class MujocoVecEnv(VecEnv):
         raise NotImplementedError
 
     def _evaluate(self) -> dict[str, torch.Tensor]:
-        """reward (N), success (N bool), labels (N×P bool), optional terminated (N bool), cost (N)."""
+        """reward (N), success (N bool), labels (N×P bool), optional terminated (N bool), cost (N) and
+        reward_terms (N×T, named by `reward_term_names`: reward components a reward machine may pay)."""
         raise NotImplementedError
 
     def _markers(self) -> list[tuple[torch.Tensor, tuple[float, float, float, float], float]]:
@@ -154,10 +156,15 @@ class MujocoVecEnv(VecEnv):
         reward = ev["reward"].float().masked_fill(unstable, 0.0)
         success = ev["success"] & ~unstable
         terminated = ev.get("terminated", torch.zeros(self.num_envs, dtype=torch.bool)) | unstable
+        task_terminated = terminated
+        for hook in self.termination_hooks:  # wrappers that end episodes on what this step's labels mean
+            terminated = terminated | hook(ev["labels"], ev.get("reward_terms")).cpu()
         truncated = (self.elapsed >= self.max_episode_steps) & ~terminated
         self.episode_return += reward
         self.success_once |= success
-        info: dict[str, Any] = {"success": success, "labels": ev["labels"]}
+        info: dict[str, Any] = {"success": success, "labels": ev["labels"], "task_terminated": task_terminated}
+        if "reward_terms" in ev:
+            info["reward_terms"] = ev["reward_terms"].float()
         if "cost" in ev:
             info["cost"] = ev["cost"].float()
         obs = self._obs()

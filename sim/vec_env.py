@@ -22,6 +22,7 @@ class VecEnv:
     observation_space: gym.spaces.Dict
     action_space: gym.spaces.Box
     label_names: tuple[str, ...] = ()
+    reward_term_names: tuple[str, ...] = ()  # columns of info["reward_terms"], where the task has them
     max_episode_steps: int | None = None
     control_dt: float = 0.05
 

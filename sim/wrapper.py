@@ -11,7 +11,7 @@ class VecEnvWrapper(VecEnv):
         self.env = env
         self.num_envs, self.device = env.num_envs, env.device
         self.observation_space, self.action_space = env.observation_space, env.action_space
-        self.label_names = env.label_names
+        self.label_names, self.reward_term_names = env.label_names, env.reward_term_names
         self.max_episode_steps, self.control_dt = env.max_episode_steps, env.control_dt
 
     @property
@@ -29,3 +29,11 @@ class VecEnvWrapper(VecEnv):
 
     def close(self) -> None:
         self.env.close()
+
+    @property
+    def unwrapped(self) -> VecEnv:
+        """The simulator under all wrappers."""
+        env = self.env
+        while isinstance(env, VecEnvWrapper):
+            env = env.env
+        return env

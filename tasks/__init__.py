@@ -2,10 +2,11 @@
 from tasks.pick_place import PickPlaceEnv, PickPlaceExpert
 from tasks.push import PushEnv, PushExpert
 from tasks.reach import ReachEnv, ReachExpert
+from tasks.sequence import SequenceEnv, SequenceExpert
 from tasks.stack import StackEnv, StackExpert
 
 EXPERTS = {"mujoco/Reach": ReachExpert, "mujoco/Push": PushExpert,
-           "mujoco/PickPlace": PickPlaceExpert, "mujoco/Stack": StackExpert}
+           "mujoco/PickPlace": PickPlaceExpert, "mujoco/Stack": StackExpert, "mujoco/Sequence": SequenceExpert}
 
-__all__ = ["EXPERTS", "PickPlaceEnv", "PushEnv", "ReachEnv", "StackEnv",
-           "PickPlaceExpert", "PushExpert", "ReachExpert", "StackExpert"]
+__all__ = ["EXPERTS", "PickPlaceEnv", "PushEnv", "ReachEnv", "SequenceEnv", "StackEnv",
+           "PickPlaceExpert", "PushExpert", "ReachExpert", "SequenceExpert", "StackExpert"]
