@@ -196,6 +196,9 @@ def test_residual_config_errors(tmp_path):
             build(config_from_dict(data), torch.device("cpu"))
     with pytest.raises(UserError, match="sac trains residual policies"):
         make_trainer(config_from_dict({"train": {"algorithm": "sac", "run_dir": str(tmp_path)}}))
+    with pytest.raises(UserError, match="sac.crm needs a reward machine"):
+        make_trainer(config_from_dict({**BIASED_REACH, "train": {"algorithm": "sac", "run_dir": str(tmp_path)},
+                                       "sac": {"crm": True}}))
     with pytest.raises(UserError, match="available: ppo, sac"):
         make_trainer(config_from_dict({"train": {"algorithm": "td3"}}))
 
