@@ -106,7 +106,7 @@ def main() -> None:
     (run_dir / "reward_machines.md").write_text(table + "\n")
     (run_dir / "reward_machines.json").write_text(json.dumps({"rows": rows, "step_cost": cost}, indent=2))
     plot_curves(run_dir / "reward_machines.png", {n: [(st, r) for st, _, r in s["eval_history"]] for n, s in summaries.items()},
-                "Sequence (A → B → C): reward machine + shaping vs plain sparse reward")
+                "Sequence A→B→C: reward machine + shaping vs sparse reward")
 
 
 if __name__ == "__main__":
