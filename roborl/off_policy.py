@@ -13,6 +13,7 @@ import time
 import torch
 
 from roborl.algos.sac import SAC
+from roborl.config import Config
 from roborl.errors import UserError
 from roborl.replay import ReplayBuffer
 from roborl.rm import RewardMachineEnv
@@ -107,7 +108,7 @@ class SACTrainer(Trainer):
                 {**rep(next_obs), "state": next_states}, terminated)
 
 
-def find_wrapper(env, cls: type):
+def find_wrapper(env: object, cls: type) -> object | None:
     """The first wrapper of type `cls` around the simulator, or None."""
     while env is not None:
         if isinstance(env, cls):
@@ -116,7 +117,7 @@ def find_wrapper(env, cls: type):
     return None
 
 
-def make_trainer(cfg) -> Trainer:
+def make_trainer(cfg: Config) -> Trainer:
     """The trainer of `train.algorithm`."""
     if cfg.train.algorithm not in ALGORITHMS:
         raise UserError(f"train.algorithm '{cfg.train.algorithm}' is unknown; available: {', '.join(ALGORITHMS)}")

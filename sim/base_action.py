@@ -4,7 +4,9 @@
 trained policy, a scripted expert, user code) and publishes the action it wants for the coming control
 step as `obs["base_action"]` (N×A). A base that predicts chunks (N×H×A) runs them open loop: it is
 called again for an env only after `execute` of its actions have been handed out, or when that env's
-episode ends, so a residual policy can correct every step while the base decides every K steps.
+episode ends, so a residual policy can correct every step while the base decides every K steps. (The
+base is called on the whole batch whenever any env needs a new chunk; a stateful base with K > 1 must
+tolerate that.)
 
 The base lives here rather than inside the policy because its per-episode state (the chunk being
 executed, a scripted expert's phase) belongs to the environments it serves: training and evaluation
