@@ -22,9 +22,8 @@ from roborl.bc import train_bc
 from roborl.builder import make_env, make_policy
 from roborl.config import load_config
 from roborl.demos import demos_file, record_demos
-from roborl.plots import plot_curves
 from roborl.trainer import Trainer
-from study import first_reaching, run_once
+from study import first_reaching, run_once, write_study
 
 ROOT = Path(__file__).resolve().parents[1]
 BC_CONFIG = {"dppo": "bc_diffusion_push", "flow_noise": "bc_flow_push", "flow_sde": "bc_flow_push", "fpo": "bc_flow_push"}
@@ -91,12 +90,8 @@ def main() -> None:
     lines += ["", "| flow sampling, N=64 (chunks of H=8 actions) | 1 step | 5 steps | 10 steps |", "|---|---|---|---|",
               f"| chunks/s | {rates[1]:,.0f} | {rates[5]:,.0f} | {rates[10]:,.0f} |",
               f"| relative to 1 step | 1.00 | {rates[5] / rates[1]:.2f} | {rates[10] / rates[1]:.2f} |"]
-    table = "\n".join(lines)
-    print(table)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "flow_rl.md").write_text(table + "\n")
-    (run_dir / "flow_rl.json").write_text(json.dumps({"rows": rows, "sampling_actions_per_s": rates, "bc": bc}, indent=2))
-    plot_curves(run_dir / "flow_rl.png", curves, "RL fine-tuning of BC policies on Push (deterministic eval)")
+    write_study(run_dir, "flow_rl", lines, {"rows": rows, "sampling_actions_per_s": rates, "bc": bc}, curves,
+                "RL fine-tuning of BC policies on Push (deterministic eval)")
 
 
 if __name__ == "__main__":

@@ -22,8 +22,7 @@ from roborl.builder import make_policy, make_run_env
 from roborl.config import load_config
 from roborl.evaluate import evaluate, evaluate_checkpoint
 from roborl.off_policy import make_trainer
-from roborl.plots import plot_curves
-from study import first_reaching, run_once
+from study import first_reaching, run_once, write_study
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"residual_ppo": "residual_ppo_pickplace", "residual_sac": "residual_sac_pickplace",
@@ -88,12 +87,8 @@ def main() -> None:
                  f"< {r['steps_ratio_upper_bound']:.3f}" if r["steps_ratio_upper_bound"] is not None else "—")
         lines.append(f"| {r['run']} | {start} | {r['best_success']:.2f} | {fmt_steps(r.pop('_to90'))} | "
                      f"{fmt_steps(r.pop('_to95'))} | {ratio} | {r['fresh_success']:.3f} |")
-    table = "\n".join(lines)
-    print(table)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "residual.md").write_text(table + "\n")
-    (run_dir / "residual.json").write_text(json.dumps({"base_success": base, "rows": rows}, indent=2))
-    plot_curves(run_dir / "residual.png", curves, "PickPlace: residual RL on an imperfect base vs PPO from scratch")
+    write_study(run_dir, "residual", lines, {"base_success": base, "rows": rows}, curves,
+                "PickPlace: residual RL on an imperfect base vs PPO from scratch")
 
 
 if __name__ == "__main__":

@@ -22,9 +22,8 @@ import sim
 import tasks  # noqa: F401  (registers mujoco/Sequence)
 from roborl.config import load_config
 from roborl.off_policy import make_trainer
-from roborl.plots import plot_curves
 from roborl.rm import RewardMachine, RewardMachineEnv
-from study import first_reaching, run_once
+from study import first_reaching, run_once, write_study
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = {"rm_shaped": "rm_sequence", "plain_sparse": "ppo_sequence_sparse"}
@@ -100,12 +99,8 @@ def main() -> None:
     lines += ["", "| N = 256, per env step | simulator step | compiled machine step | whole RM wrapper |", "|---|---|---|---|",
               f"| share of the simulator step | 100% | {cost['machine_pct_of_env_step']:.2f}% | "
               f"{cost['wrapper_pct_of_env_step']:.2f}% |"]
-    table = "\n".join(lines)
-    print(table)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "reward_machines.md").write_text(table + "\n")
-    (run_dir / "reward_machines.json").write_text(json.dumps({"rows": rows, "step_cost": cost}, indent=2))
-    plot_curves(run_dir / "reward_machines.png", {n: [(st, r) for st, _, r in s["eval_history"]] for n, s in summaries.items()},
+    write_study(run_dir, "reward_machines", lines, {"rows": rows, "step_cost": cost},
+                {n: [(st, r) for st, _, r in s["eval_history"]] for n, s in summaries.items()},
                 "Sequence A→B→C: reward machine + shaping vs sparse reward")
 
 

@@ -1,10 +1,12 @@
 """Helpers shared by the benchmark studies: reuse finished runs, find when a learning curve first
-reaches a target."""
+reaches a target, write a study's table, data and learning curves."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Callable
+
+from roborl.plots import plot_curves
 
 
 def run_once(run_dir: Path, name: str, reuse: bool, start: Callable[[], dict]) -> dict:
@@ -21,3 +23,13 @@ def first_reaching(history: list[list[float]], target: float) -> tuple[float, fl
         if success >= target:
             return steps, wall
     return None
+
+
+def write_study(run_dir: Path, name: str, lines: list[str], data: dict, curves: dict, title: str) -> None:
+    """Prints the table and writes `name.md` (the table), `name.json` (data) and `name.png` (curves)."""
+    table = "\n".join(lines)
+    print(table)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / f"{name}.md").write_text(table + "\n")
+    (run_dir / f"{name}.json").write_text(json.dumps(data, indent=2))
+    plot_curves(run_dir / f"{name}.png", curves, title)

@@ -32,7 +32,7 @@ class GaussianActorCritic(nn.Module):
 
     def __init__(self, obs_dim: int, action_dim: int, hidden: list[int] = (256, 256), activation: str = "tanh",
                  init_log_std: float = -0.5, normalize_obs: bool = True,
-                 image_shape: tuple[int, int] | None = None, image_features: int = 256) -> None:
+                 image_shape: tuple[int, int] | None = None, image_features: int = 256, cost_critic: bool = False) -> None:
         super().__init__()
         self.normalizer = RunningNormalizer(obs_dim) if normalize_obs else None
         self.encoder = CNNEncoder(*image_shape, image_features) if image_shape else None
@@ -40,6 +40,8 @@ class GaussianActorCritic(nn.Module):
         self.actor = mlp([in_dim, *hidden, action_dim], activation, 0.01)
         self.critic = mlp([in_dim, *hidden, 1], activation, 1.0)
         self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+        # a second critic for the expected safety cost (PPO-Lagrangian)
+        self.cost_critic = mlp([in_dim, *hidden, 1], activation, 1.0) if cost_critic else None
 
     def features(self, obs: dict) -> torch.Tensor:
         x = obs["state"].float()
@@ -70,3 +72,6 @@ class GaussianActorCritic(nn.Module):
 
     def value(self, obs: dict) -> torch.Tensor:
         return self.critic(self.features(obs)).squeeze(-1)
+
+    def cost_value(self, obs: dict) -> torch.Tensor:
+        return self.cost_critic(self.features(obs)).squeeze(-1)

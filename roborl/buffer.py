@@ -45,10 +45,17 @@ class RolloutBuffer:
         self.extras: dict[str, torch.Tensor] = {}
         self.rewards = torch.zeros(num_steps, num_envs, device=device)
         self.dones = torch.zeros(num_steps, num_envs, dtype=torch.bool, device=device)
+        self.costs: torch.Tensor | None = None  # safety costs and their values (PPO-Lagrangian)
+        self.cost_values: torch.Tensor | None = None
         self.step = 0
 
-    def add(self, obs: dict, act: Act, reward: torch.Tensor, done: torch.Tensor) -> None:
+    def add(self, obs: dict, act: Act, reward: torch.Tensor, done: torch.Tensor,
+            cost: torch.Tensor | None = None, cost_value: torch.Tensor | None = None) -> None:
         t = self.step
+        if cost is not None:
+            if self.costs is None:
+                self.costs, self.cost_values = torch.zeros_like(self.rewards), torch.zeros_like(self.rewards)
+            self.costs[t], self.cost_values[t] = cost, cost_value
         for key, value in obs.items():
             if isinstance(value, torch.Tensor):
                 if key not in self.obs:
@@ -69,8 +76,12 @@ class RolloutBuffer:
         self.dones[t] = done
         self.step += 1
 
-    def finish(self, last_value: torch.Tensor, gamma: float, lam: float) -> None:
+    def finish(self, last_value: torch.Tensor, gamma: float, lam: float,
+               last_cost_value: torch.Tensor | None = None) -> None:
         self.advantages, self.returns = gae(self.rewards, self.values, self.dones, last_value, gamma, lam)
+        if self.costs is not None:
+            self.cost_advantages, self.cost_returns = gae(self.costs, self.cost_values, self.dones,
+                                                          last_cost_value, gamma, lam)
         self.step = 0
 
     def flat(self) -> dict:
@@ -82,4 +93,6 @@ class RolloutBuffer:
             "log_probs": self.log_probs.reshape(n, *self.log_probs.shape[2:]), "values": self.values.reshape(n),
             "extras": {k: v.reshape(n, *v.shape[2:]) for k, v in self.extras.items()},
             "advantages": self.advantages.reshape(n), "returns": self.returns.reshape(n),
+            **({"cost_advantages": self.cost_advantages.reshape(n), "cost_returns": self.cost_returns.reshape(n)}
+               if self.costs is not None else {}),
         }

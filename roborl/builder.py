@@ -14,10 +14,13 @@ from policies.gaussian import ACTIVATIONS
 from roborl.config import Config, EnvConfig, PolicyConfig, ResidualConfig, config_from_dict
 from roborl.errors import UserError
 from roborl.rm import RewardMachineEnv, load_machine
+from roborl.shields import (ActionRateShield, JointLimitShield, KeepOutCBF, ShieldChain, ShieldEnv, SpeedShield,
+                            WorkspaceShield)
 from sim.base_action import BaseActionEnv
 from sim.chunking import ActionChunkEnv
 from sim.history import StateHistoryEnv
 from sim.wrapper import VecEnvWrapper
+from tasks.arm import ARM_OBS, ArmEnv
 from tasks.expert import ImperfectExpert
 
 POLICY_KINDS = ("gaussian", "diffusion", "flow", "residual")
@@ -49,11 +52,58 @@ def make_env(cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> 
         except ValueError as exc:
             raise UserError(str(exc)) from exc
         env = RewardMachineEnv(env, machine, cfg.rm.reward, cfg.rm.shaping_gamma)
+    shield = make_shield(cfg, env)
+    if shield is not None:
+        env = ShieldEnv(env, shield, cfg.shield.penalty)
     if cfg.obs_history > 1:
         env = StateHistoryEnv(env, cfg.obs_history)
     if cfg.action_chunk > 1:
         env = ActionChunkEnv(env, cfg.action_chunk)
     return env
+
+
+def import_factory(spec: str, key: str):
+    """The callable named by `module:function`."""
+    module, _, name = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise UserError(f"{key} '{spec}': cannot import {name} from {module} ({exc})") from exc
+
+
+def make_shield(cfg: EnvConfig, env: sim.VecEnv) -> ShieldChain | None:
+    """The shields `env.shield` asks for, in the order: action rate, speed, workspace, keep-out, joints."""
+    s = cfg.shield
+    if not (s.workspace or s.max_speed or s.action_rate or s.joint_margin is not None or s.keep_out or s.automaton):
+        return None
+    raw = env.unwrapped if isinstance(env, VecEnvWrapper) else env
+    if not isinstance(raw, ArmEnv):
+        raise UserError(f"env.shield works on the embedded arm tasks (mujoco/...), not {cfg.id}")
+    ee = [name for name, on in (("workspace", s.workspace), ("max_speed", s.max_speed), ("keep_out", s.keep_out)) if on]
+    if ee and cfg.controller != "ee_delta_pos":
+        raise UserError(f"env.shield.{ee[0]} shields the ee_delta_pos controller; this env uses {cfg.controller}")
+    if s.joint_margin is not None and cfg.controller != "joint_delta_pos":
+        raise UserError(f"env.shield.joint_margin shields the joint_delta_pos controller; this env uses {cfg.controller}")
+    shields = []
+    try:
+        if s.action_rate:
+            shields.append(ActionRateShield(s.action_rate))
+        if s.max_speed:
+            shields.append(SpeedShield(s.max_speed, raw.control_dt, raw.max_ee_step))
+        if s.workspace:
+            if len(s.workspace) != 6:
+                raise ValueError(f"env.shield.workspace needs 6 numbers [x0, y0, z0, x1, y1, z1], got {s.workspace}")
+            shields.append(WorkspaceShield(s.workspace[:3], s.workspace[3:], ARM_OBS["tcp"], raw.max_ee_step))
+        if s.keep_out:
+            shields.append(KeepOutCBF(s.keep_out, ARM_OBS["tcp"], raw.max_ee_step, s.cbf_alpha, s.cbf_margin))
+        if s.automaton:
+            shields.append(import_factory(s.automaton, "env.shield.automaton")())
+        if s.joint_margin is not None:
+            shields.append(JointLimitShield(raw.chain.lower, raw.chain.upper, ARM_OBS["q"], raw.max_joint_step,
+                                            s.joint_margin))
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    return ShieldChain(shields)
 
 
 def make_residual_env(cfg: Config, num_envs: int, seed: int, device: torch.device) -> sim.VecEnv:
@@ -70,12 +120,7 @@ def make_residual_env(cfg: Config, num_envs: int, seed: int, device: torch.devic
         return BaseActionEnv(env, make_expert_base(cfg.env.id, env, r, seed))
     if ":" in r.base and not r.base.endswith(".safetensors"):
         env = make_env(cfg.env, num_envs, seed, device)
-        module, _, name = r.base.partition(":")
-        try:
-            factory = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as exc:
-            raise UserError(f"residual.base '{r.base}': cannot import {name} from {module} ({exc})") from exc
-        base = factory(env)
+        base = import_factory(r.base, "residual.base")(env)
         return BaseActionEnv(env, base, getattr(base, "execute", 1))
     policy, base_cfg = load_base_policy(r.base, device)
     if base_cfg.env.id != cfg.env.id:
@@ -121,7 +166,7 @@ def make_run_env(cfg: Config, num_envs: int, seed: int, device: torch.device) ->
 
 
 def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: ResidualConfig | None = None,
-                state_std: bool = False) -> nn.Module:
+                state_std: bool = False, cost_critic: bool = False) -> nn.Module:
     spaces = env.observation_space.spaces
     obs_dim, action_dim = spaces["state"].shape[0], env.action_dim
     if cfg.kind not in POLICY_KINDS:
@@ -142,7 +187,7 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
             raise UserError("env.action_chunk > 1 needs a chunk-predicting policy (policy.kind diffusion or flow)")
         image = tuple(spaces["rgb"].shape[:2]) if "rgb" in spaces else None
         return GaussianActorCritic(obs_dim, action_dim, list(cfg.hidden), cfg.activation,
-                                   cfg.init_log_std, cfg.normalize_obs, image_shape=image)
+                                   cfg.init_log_std, cfg.normalize_obs, image_shape=image, cost_critic=cost_critic)
     if "rgb" in spaces:
         raise UserError(f"policy.kind '{cfg.kind}' conditions on `state` only; use env.obs_mode=state")
     common = dict(denoiser=cfg.denoiser, hidden=list(cfg.hidden), critic_hidden=list(cfg.critic_hidden),
@@ -182,5 +227,8 @@ def load_pretrained(policy: nn.Module, path: str) -> None:
 
 def build(cfg: Config, device: torch.device) -> tuple[sim.VecEnv, nn.Module]:
     env = make_run_env(cfg, cfg.env.num_envs, cfg.train.seed, device)
-    policy = make_policy(cfg.policy, env, cfg.env.action_chunk, cfg.residual, state_std=cfg.train.algorithm == "sac")
+    if cfg.algo.cost_limit is not None and cfg.policy.kind != "gaussian":
+        raise UserError("algo.cost_limit (PPO-Lagrangian) needs policy.kind gaussian (the policy with a cost critic)")
+    policy = make_policy(cfg.policy, env, cfg.env.action_chunk, cfg.residual, state_std=cfg.train.algorithm == "sac",
+                         cost_critic=cfg.algo.cost_limit is not None)
     return env, policy.to(device)

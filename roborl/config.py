@@ -27,6 +27,19 @@ class RMConfig:
 
 
 @dataclass
+class ShieldConfig:
+    workspace: list[float] = field(default_factory=list)  # [x0, y0, z0, x1, y1, z1]: box for the TCP target
+    max_speed: float | None = None  # m/s of the commanded TCP motion (ee_delta_pos)
+    action_rate: float | None = None  # max change of each action dimension per step
+    joint_margin: float | None = None  # joint_delta_pos: keep joint targets this far (rad) inside the limits
+    keep_out: list[list[float]] = field(default_factory=list)  # spheres [x, y, z, r] the TCP stays out of (CBF)
+    cbf_alpha: float = 0.5
+    cbf_margin: float = 0.02  # metres added to every keep-out radius
+    automaton: str | None = None  # module:factory returning an AutomatonShield (e.g. tasks.pick_place:gripper_safety_shield)
+    penalty: float = 0.0  # subtracted from the reward of a step where the shield intervened
+
+
+@dataclass
 class EnvConfig:
     id: str = "mujoco/Reach"
     num_envs: int = 64
@@ -38,6 +51,7 @@ class EnvConfig:
     action_chunk: int = 1  # K: one policy decision executes K actions of its chunk (sim/chunking.py)
     obs_history: int = 1  # n: `state` holds the last n states of the episode (sim/history.py)
     rm: RMConfig = field(default_factory=RMConfig)  # a reward machine over the task's labels (roborl/rm)
+    shield: ShieldConfig = field(default_factory=ShieldConfig)  # action shields (roborl/shields)
 
 
 @dataclass
@@ -107,6 +121,10 @@ class PPOConfig:
     value_clip: float | None = None  # clip range of the value loss (None: algo.clip)
     critic_warmup: int = 0  # iterations that fit only the critic before the policy moves
     bc_coef: float = 0.0  # weight of the pull toward the pretrained policy (diffusion / flow)
+    cost_limit: float | None = None  # PPO-Lagrangian: keep the mean episode cost (info["cost"]) under this
+    lagrange_ki: float = 0.01  # PID-Lagrangian gains on (episode cost − cost_limit); ki alone = gradient ascent on λ
+    lagrange_kp: float = 0.0
+    lagrange_kd: float = 0.0
 
 
 @dataclass

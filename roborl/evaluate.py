@@ -19,7 +19,8 @@ def evaluate(policy: torch.nn.Module, env: sim.VecEnv, episodes: int, seed: int 
              video_path: str | Path | None = None, video_envs: int = 4) -> dict[str, float]:
     """Runs `policy.act(deterministic=True)` until `episodes` episodes have ended."""
     obs = env.reset(seed=seed)
-    stats: dict[str, list[torch.Tensor]] = {"success_at_end": [], "success_once": [], "return": [], "length": []}
+    stats: dict[str, list[torch.Tensor]] = {"success_at_end": [], "success_once": [], "return": [], "length": [],
+                                            "cost": []}
     frames: list[np.ndarray] = []
     recording = video_path is not None
     done_count = 0
@@ -32,7 +33,8 @@ def evaluate(policy: torch.nn.Module, env: sim.VecEnv, episodes: int, seed: int 
         if "episode" in info:
             done = info["done"]
             for key in stats:
-                stats[key].append(info["episode"][key][done].float().cpu())
+                if key in info["episode"]:
+                    stats[key].append(info["episode"][key][done].float().cpu())
             done_count += int(done.sum())
             recording = False  # the first episode of each env is enough for the video
         if done_count >= episodes:
@@ -43,8 +45,13 @@ def evaluate(policy: torch.nn.Module, env: sim.VecEnv, episodes: int, seed: int 
         fps = max(1, round(1.0 / env.control_dt))
         imageio.mimwrite(str(video_path), frames, fps=fps, macro_block_size=1)
     out = {k: float(torch.cat(v)[:episodes].mean()) if v else float("nan") for k, v in stats.items()}
-    return {"success_rate": out["success_at_end"], "success_once": out["success_once"],
-            "mean_return": out["return"], "mean_length": out["length"], "episodes": min(done_count, episodes)}
+    result = {"success_rate": out["success_at_end"], "success_once": out["success_once"],
+              "mean_return": out["return"], "mean_length": out["length"], "episodes": min(done_count, episodes)}
+    if stats["cost"]:  # safety: how often the episodes violated a constraint (info["cost"] > 0)
+        cost = torch.cat(stats["cost"])[:episodes]
+        result.update(mean_cost=float(cost.mean()), violating_episodes=int((cost > 0).sum()),
+                      violation_steps=float(cost.sum()))
+    return result
 
 
 def evaluate_checkpoint(path: str | Path, episodes: int, envs: int = 25, seed: int = 12345, device: str = "auto",

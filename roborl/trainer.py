@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from roborl.algos.lagrangian import PIDLagrangian
 from roborl.algos.ppo import PPO
 from roborl.buffer import RolloutBuffer, bootstrap_timeouts
 from roborl.builder import build, load_pretrained, make_run_env, resolve_device
@@ -64,6 +65,9 @@ class Trainer:
             self.algo.set_lr(st["lr"])
             self.last_eval, self.wall_time_prev = st.get("last_eval", {}), st.get("wall_time_s", 0.0)
             self.eval_history = st.get("eval_history", [])
+            if getattr(self, "lagrangian", None) and "lagrangian" in st:
+                self.lagrangian.load(st["lagrangian"])
+                self.algo.lagrange = self.lagrangian.value
             self.run_dir = Path(st["run_dir"])
             torch.manual_seed(cfg.train.seed + self.iteration)
         else:
@@ -74,16 +78,21 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
         self.eval_env = None
+        self.train_violations = 0.0
         self.buffer: RolloutBuffer | None = None
 
     def make_algo(self) -> PPO:
-        return PPO(self.policy, self.cfg.algo)
+        a = self.cfg.algo
+        self.lagrangian = PIDLagrangian(a.cost_limit, a.lagrange_ki, a.lagrange_kp, a.lagrange_kd) \
+            if a.cost_limit is not None else None
+        return PPO(self.policy, a)
 
     # ---- state ---------------------------------------------------------------------------------
     def trainer_state(self, wall: float) -> dict:
         return {"env_steps": self.env_steps, "iteration": self.iteration, "best_success": self.best_success,
                 "lr": self.algo.lr, "run_dir": str(self.run_dir), "last_eval": self.last_eval, "wall_time_s": wall,
-                "eval_history": self.eval_history}
+                "eval_history": self.eval_history,
+                **({"lagrangian": self.lagrangian.state()} if getattr(self, "lagrangian", None) else {})}
 
     def save(self, name: str, wall: float) -> Path:
         path = self.run_dir / "checkpoints" / f"{name}.safetensors"
@@ -117,7 +126,8 @@ class Trainer:
                 "mean_return": self.last_eval.get("mean_return", float("nan")),
                 "best_success_rate": self.best_success, "env_steps": self.env_steps,
                 "iterations": self.iteration, "wall_time_s": round(wall, 2), "env": self.cfg.env.id,
-                "run_dir": str(self.run_dir), "eval_history": self.eval_history}
+                "run_dir": str(self.run_dir), "eval_history": self.eval_history,
+                "train_violation_steps": self.train_violations}
 
     # ---- the loop -----------------------------------------------------------------------------
     def train(self) -> dict:
@@ -148,8 +158,8 @@ class Trainer:
                 stats["sps"] = sps
                 logger.scalars("train", stats, self.env_steps)
                 ep = self.episodes
-                if ep["return"]:
-                    logger.scalars("rollout", {k: sum(v) / len(v) for k, v in ep.items()}, self.env_steps)
+                if ep["return"] or len(ep) > 2:
+                    logger.scalars("rollout", {k: sum(v) / len(v) for k, v in ep.items() if v}, self.env_steps)
                 postfix = {"sps": sps, "ret": sum(ep["return"]) / len(ep["return"]) if ep["return"] else 0.0}
                 last = self.iteration == total_iters or (t.max_minutes and wall > 60 * t.max_minutes)
                 if self.iteration % t.eval_every == 0 or last:
@@ -181,10 +191,19 @@ class Trainer:
         return summary
 
     def record_episodes(self, info: dict) -> None:
+        if "shield" in info:  # per step: intervention rate, correction size, infeasible QPs
+            sh = info["shield"]
+            for key, value in (("shield_intervention", sh["intervened"]), ("shield_correction", sh["correction"]),
+                               ("shield_infeasible", sh["infeasible"])):
+                self.episodes.setdefault(key, []).append(float(value.float().mean()))
         if "episode" in info:
             done = info["done"]
             self.episodes["return"] += info["episode"]["return"][done].tolist()
             self.episodes["success"] += info["episode"]["success_at_end"][done].float().tolist()
+            if "cost" in info["episode"]:
+                self.episodes.setdefault("cost", []).extend(info["episode"]["cost"][done].tolist())
+        if "cost" in info:  # every step with a cost in training counts as a violation
+            self.train_violations += float((info["cost"] > 0).sum())
             if "rm_state" in info:  # how far through the reward machine episodes got
                 self.episodes.setdefault("rm_final_state", []).extend(info["rm_state"][done].float().tolist())
 
@@ -198,17 +217,27 @@ class Trainer:
             self.algo.set_lr(cfg.algo.lr * (1 - self.iteration / total_iters))
         collect_start = time.time()
         obs = self.obs
+        safe = self.lagrangian is not None
         with torch.no_grad():
             for _ in range(cfg.train.rollout_steps):
                 act = self.policy.act(obs)
+                cost_value = self.policy.cost_value(obs) if safe else None
                 next_obs, reward, term, trunc, info = self.env.step(act.action)
+                cost = info.get("cost")
+                if safe and cost is None:
+                    raise UserError(f"algo.cost_limit needs a task that publishes info['cost']; {cfg.env.id} does not")
                 if trunc.any():
-                    final_v = self.policy.value(info["final_obs"])
-                    reward = bootstrap_timeouts(reward, trunc, final_v, cfg.algo.gamma)
-                buffer.add(obs, act, reward, term | trunc)
+                    final_obs = info["final_obs"]
+                    reward = bootstrap_timeouts(reward, trunc, self.policy.value(final_obs), cfg.algo.gamma)
+                    if safe:
+                        cost = bootstrap_timeouts(cost, trunc, self.policy.cost_value(final_obs), cfg.algo.gamma)
+                buffer.add(obs, act, reward, term | trunc, cost if safe else None, cost_value)
                 self.record_episodes(info)
                 obs = next_obs
-            buffer.finish(self.policy.value(obs), cfg.algo.gamma, cfg.algo.gae_lambda)
+            buffer.finish(self.policy.value(obs), cfg.algo.gamma, cfg.algo.gae_lambda,
+                          self.policy.cost_value(obs) if safe else None)
+        if safe and self.episodes.get("cost"):
+            self.algo.lagrange = self.lagrangian.update(sum(self.episodes["cost"]) / len(self.episodes["cost"]))
         self.obs = obs
         collect_time = time.time() - collect_start
         stats = self.algo.update(buffer, self.generator, train_actor=self.iteration >= cfg.algo.critic_warmup)

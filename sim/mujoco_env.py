@@ -85,6 +85,7 @@ class MujocoVecEnv(VecEnv):
 
         self.elapsed = torch.zeros(num_envs, dtype=torch.long)
         self.episode_return = torch.zeros(num_envs)
+        self.episode_cost = torch.zeros(num_envs)
         self.success_once = torch.zeros(num_envs, dtype=torch.bool)
         self.termination_hooks: list = []  # callables (labels N×P, reward_terms N×T | None) -> N bool to end
         self.generator = torch.Generator().manual_seed(seed)
@@ -167,6 +168,7 @@ class MujocoVecEnv(VecEnv):
             info["reward_terms"] = ev["reward_terms"].float()
         if "cost" in ev:
             info["cost"] = ev["cost"].float()
+            self.episode_cost += info["cost"]
         obs = self._obs()
         done = terminated | truncated
         if done.any():
@@ -174,6 +176,7 @@ class MujocoVecEnv(VecEnv):
             info["episode"] = {
                 "return": self.episode_return.clone(), "length": self.elapsed.clone(),
                 "success_once": self.success_once.clone(), "success_at_end": success.clone(),
+                "cost": self.episode_cost.clone(),
             }
             self._reset_envs(done)
             obs = self._obs()
@@ -204,6 +207,7 @@ class MujocoVecEnv(VecEnv):
         self.state_version += 1
         self.elapsed[ids] = 0
         self.episode_return[ids] = 0.0
+        self.episode_cost[ids] = 0.0
         self.success_once[ids] = False
 
     def _obs(self) -> Obs:

@@ -2,11 +2,13 @@
 from tasks.pick_place import PickPlaceEnv, PickPlaceExpert
 from tasks.push import PushEnv, PushExpert
 from tasks.reach import ReachEnv, ReachExpert
+from tasks.reach_avoid import ReachAvoidEnv, ReachAvoidExpert
 from tasks.sequence import SequenceEnv, SequenceExpert
 from tasks.stack import StackEnv, StackExpert
 
 EXPERTS = {"mujoco/Reach": ReachExpert, "mujoco/Push": PushExpert,
-           "mujoco/PickPlace": PickPlaceExpert, "mujoco/Stack": StackExpert, "mujoco/Sequence": SequenceExpert}
+           "mujoco/PickPlace": PickPlaceExpert, "mujoco/Stack": StackExpert, "mujoco/Sequence": SequenceExpert,
+           "mujoco/ReachAvoid": ReachAvoidExpert}
 
-__all__ = ["EXPERTS", "PickPlaceEnv", "PushEnv", "ReachEnv", "SequenceEnv", "StackEnv",
-           "PickPlaceExpert", "PushExpert", "ReachExpert", "SequenceExpert", "StackExpert"]
+__all__ = ["EXPERTS", "PickPlaceEnv", "PushEnv", "ReachAvoidEnv", "ReachEnv", "SequenceEnv", "StackEnv",
+           "PickPlaceExpert", "PushExpert", "ReachAvoidExpert", "ReachExpert", "SequenceExpert", "StackExpert"]

@@ -17,6 +17,8 @@ FINGER_OPEN = 0.04  # metres each finger travels from the centre line
 CUBE_HALF = 0.02
 TCP_LOW = torch.tensor([0.25, -0.4, 0.01], dtype=torch.float64)  # workspace box for end-effector targets
 TCP_HIGH = torch.tensor([0.8, 0.4, 0.45], dtype=torch.float64)
+# where the proprioception sits at the front of every arm task's `state` (see ArmEnv._arm_obs)
+ARM_OBS = {"q": slice(0, 7), "qvel": slice(7, 14), "gripper": slice(14, 15), "tcp": slice(15, 18)}
 
 
 class ArmEnv(MujocoVecEnv):

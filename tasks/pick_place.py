@@ -91,3 +91,33 @@ class PickPlaceExpert(ScriptedExpert):
 @register("mujoco/PickPlace")
 def make_pick_place(num_envs: int = 1, **kwargs) -> PickPlaceEnv:
     return PickPlaceEnv(num_envs, **kwargs)
+
+
+GRIPPER_SAFETY_LABELS = ("lifted", "opening", "at_goal")
+
+
+def gripper_safety_labels(obs: dict, action: torch.Tensor) -> torch.Tensor:
+    """The labels of `tasks/pick_place_gripper.rm` that `action` would make true: the cube is held above
+    the table, the gripper command opens, the cube is at the goal (from PickPlace's observation)."""
+    state = obs["state"]
+    cube_z, to_goal, grasped = state[:, 20], state[:, 31:34], state[:, -1] > 0.5
+    lifted = grasped & (cube_z > 0.04)
+    return torch.stack([lifted, action[:, -1] > 0, to_goal.norm(dim=-1) < SUCCESS_DIST], -1)
+
+
+def keep_gripper_closed(obs: dict, action: torch.Tensor) -> torch.Tensor:
+    safe = action.clone()
+    safe[:, -1] = -1.0
+    return safe
+
+
+def gripper_safety_shield():
+    """`env.shield.automaton: tasks.pick_place:gripper_safety_shield`: never open the gripper while the
+    cube is lifted, unless it is at the goal."""
+    from pathlib import Path
+
+    from roborl.rm import RewardMachine
+    from roborl.shields.automaton import AutomatonShield
+
+    machine = RewardMachine.from_file(Path(__file__).with_name("pick_place_gripper.rm"))
+    return AutomatonShield(machine, list(GRIPPER_SAFETY_LABELS), gripper_safety_labels, keep_gripper_closed)

@@ -8,7 +8,7 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
-TASKS = ["mujoco/Reach", "mujoco/Push", "mujoco/PickPlace", "mujoco/Stack", "mujoco/Sequence"]
+TASKS = ["mujoco/Reach", "mujoco/Push", "mujoco/PickPlace", "mujoco/Stack", "mujoco/Sequence", "mujoco/ReachAvoid"]
 
 
 @pytest.fixture(params=TASKS)

@@ -29,6 +29,7 @@ class PPO:
         else:
             self.optimizer = torch.optim.Adam(params, lr=cfg.lr, eps=1e-5)
         self.params = params
+        self.lagrange = 0.0  # λ of PPO-Lagrangian, set by the trainer
 
     def column_terms(self, log_ratio: torch.Tensor, adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | float]:
         """Advantages and clip ranges shaped like `log_ratio` (B or B×S)."""
@@ -68,6 +69,10 @@ class PPO:
                 adv = data["advantages"][idx]
                 if cfg.norm_adv:
                     adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                if "cost_advantages" in data:  # PPO-Lagrangian: maximize A_r − λ·A_c, scaled by 1/(1 + λ)
+                    cost_adv = data["cost_advantages"][idx]
+                    cost_adv = cost_adv - cost_adv.mean()
+                    adv = (adv - self.lagrange * cost_adv) / (1 + self.lagrange)
                 adv, clip = self.column_terms(log_ratio, adv)
                 with torch.no_grad():
                     approx_kl = ((ratio - 1) - log_ratio).mean()
@@ -81,6 +86,10 @@ class PPO:
                 else:
                     value_loss = 0.5 * (value - ret).square().mean()
                 loss = cfg.vf_coef * value_loss
+                if "cost_returns" in data:
+                    cost_value_loss = 0.5 * (self.policy.cost_value(obs) - data["cost_returns"][idx]).square().mean()
+                    loss = loss + cfg.vf_coef * cost_value_loss
+                    stats.setdefault("cost_value_loss", []).append(cost_value_loss.item())
                 if train_actor:
                     loss = loss + policy_loss - cfg.ent_coef * entropy.mean()
                     if cfg.bc_coef > 0:
@@ -103,6 +112,8 @@ class PPO:
                 break
         out = {k: sum(v) / max(len(v), 1) for k, v in stats.items()}
         out["lr"] = self.lr
+        if "cost_advantages" in data:
+            out["lagrange_multiplier"] = self.lagrange
         out["explained_variance"] = float(1 - (data["returns"] - data["values"]).var() / (data["returns"].var() + 1e-8))
         return out
 
