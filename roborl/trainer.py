@@ -202,10 +202,10 @@ class Trainer:
             self.episodes["success"] += info["episode"]["success_at_end"][done].float().tolist()
             if "cost" in info["episode"]:
                 self.episodes.setdefault("cost", []).extend(info["episode"]["cost"][done].tolist())
-        if "cost" in info:  # every step with a cost in training counts as a violation
-            self.train_violations += float((info["cost"] > 0).sum())
             if "rm_state" in info:  # how far through the reward machine episodes got
                 self.episodes.setdefault("rm_final_state", []).extend(info["rm_state"][done].float().tolist())
+        if "cost" in info:  # every step with a cost in training counts as a violation
+            self.train_violations += float((info["cost"] > 0).sum())
 
     def iterate(self, total_iters: int) -> dict[str, float]:
         """One PPO iteration: a rollout of T steps, GAE with bootstrapped time-outs, the update."""

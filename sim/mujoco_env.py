@@ -176,8 +176,9 @@ class MujocoVecEnv(VecEnv):
             info["episode"] = {
                 "return": self.episode_return.clone(), "length": self.elapsed.clone(),
                 "success_once": self.success_once.clone(), "success_at_end": success.clone(),
-                "cost": self.episode_cost.clone(),
             }
+            if "cost" in ev:
+                info["episode"]["cost"] = self.episode_cost.clone()
             self._reset_envs(done)
             obs = self._obs()
         info["done"] = done
