@@ -35,7 +35,7 @@ class ShieldConfig:
     keep_out: list[list[float]] = field(default_factory=list)  # spheres [x, y, z, r] the TCP stays out of (CBF)
     cbf_alpha: float = 0.5
     cbf_margin: float = 0.02  # metres added to every keep-out radius
-    automaton: str | None = None  # module:factory returning an AutomatonShield (e.g. tasks.pick_place:gripper_safety_shield)
+    automaton: str | None = None  # module:factory returning an AutomatonShield (e.g. roborl.shields.presets:pick_place_gripper)
     penalty: float = 0.0  # subtracted from the reward of a step where the shield intervened
 
 

@@ -110,14 +110,3 @@ def keep_gripper_closed(obs: dict, action: torch.Tensor) -> torch.Tensor:
     safe[:, -1] = -1.0
     return safe
 
-
-def gripper_safety_shield():
-    """`env.shield.automaton: tasks.pick_place:gripper_safety_shield`: never open the gripper while the
-    cube is lifted, unless it is at the goal."""
-    from pathlib import Path
-
-    from roborl.rm import RewardMachine
-    from roborl.shields.automaton import AutomatonShield
-
-    machine = RewardMachine.from_file(Path(__file__).with_name("pick_place_gripper.rm"))
-    return AutomatonShield(machine, list(GRIPPER_SAFETY_LABELS), gripper_safety_labels, keep_gripper_closed)

@@ -164,7 +164,7 @@ def run_pick_place_with_drops(shielded: bool, steps: int = 80) -> tuple[torch.Te
     from roborl.rm import RewardMachine
     from tasks.pick_place import GRIPPER_SAFETY_LABELS, gripper_safety_labels
 
-    shield_cfg = {"automaton": "tasks.pick_place:gripper_safety_shield"} if shielded else {}
+    shield_cfg = {"automaton": "roborl.shields.presets:pick_place_gripper"} if shielded else {}
     cfg = config_from_dict({"env": {"id": "mujoco/PickPlace", "shield": shield_cfg}})
     env = make_env(cfg.env, 32, 0, torch.device("cpu"))
     raw = env.unwrapped if hasattr(env, "unwrapped") else env
