@@ -19,7 +19,6 @@ from roborl.shields import (ActionRateShield, JointLimitShield, KeepOutCBF, Shie
 from sim.base_action import BaseActionEnv
 from sim.chunking import ActionChunkEnv
 from sim.history import StateHistoryEnv
-from sim.wrapper import VecEnvWrapper
 from tasks.arm import ARM_OBS, ArmEnv
 from tasks.expert import ImperfectExpert
 
@@ -76,7 +75,7 @@ def make_shield(cfg: EnvConfig, env: sim.VecEnv) -> ShieldChain | None:
     s = cfg.shield
     if not (s.workspace or s.max_speed or s.action_rate or s.joint_margin is not None or s.keep_out or s.automaton):
         return None
-    raw = env.unwrapped if isinstance(env, VecEnvWrapper) else env
+    raw = env.unwrapped
     if not isinstance(raw, ArmEnv):
         raise UserError(f"env.shield works on the embedded arm tasks (mujoco/...), not {cfg.id}")
     ee = [name for name, on in (("workspace", s.workspace), ("max_speed", s.max_speed), ("keep_out", s.keep_out)) if on]
@@ -135,10 +134,8 @@ def make_expert_base(env_id: str, env: sim.VecEnv, r: ResidualConfig, seed: int)
     if env_id not in tasks.EXPERTS:
         raise UserError(f"residual.base expert: no scripted expert for '{env_id}'; tasks with experts: "
                         f"{', '.join(tasks.EXPERTS)}")
-    if isinstance(env, VecEnvWrapper):  # the expert reads the simulator's privileged state
-        env = env.unwrapped
-    try:
-        return ImperfectExpert(tasks.EXPERTS[env_id](env), r.base_bias, r.base_noise, seed)
+    try:  # the expert reads the simulator's privileged state
+        return ImperfectExpert(tasks.EXPERTS[env_id](env.unwrapped), r.base_bias, r.base_noise, seed)
     except ValueError as exc:
         raise UserError(f"residual.base expert: {exc}") from exc
 

@@ -40,6 +40,11 @@ class VecEnv:
         pass
 
     @property
+    def unwrapped(self) -> "VecEnv":
+        """The simulator under all wrappers (itself for a simulator)."""
+        return self
+
+    @property
     def action_dim(self) -> int:
         return int(self.action_space.shape[0])
 

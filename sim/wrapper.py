@@ -32,8 +32,4 @@ class VecEnvWrapper(VecEnv):
 
     @property
     def unwrapped(self) -> VecEnv:
-        """The simulator under all wrappers."""
-        env = self.env
-        while isinstance(env, VecEnvWrapper):
-            env = env.env
-        return env
+        return self.env.unwrapped

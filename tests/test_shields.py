@@ -121,7 +121,7 @@ def drive_into_sphere(shielded: bool, steps: int = 60) -> tuple[float, float]:
     sphere = [0.55, 0.0, 0.2, 0.06]
     cfg = config_from_dict({"env": {"id": "mujoco/Reach", "shield": {"keep_out": [sphere]} if shielded else {}}})
     env = make_env(cfg.env, 16, 0, torch.device("cpu"))
-    raw = env.unwrapped if hasattr(env, "unwrapped") else env
+    raw = env.unwrapped
     obs = env.reset(seed=0)
     center = torch.tensor(sphere[:3])
     closest, interventions = float("inf"), []
@@ -167,7 +167,7 @@ def run_pick_place_with_drops(shielded: bool, steps: int = 80) -> tuple[torch.Te
     shield_cfg = {"automaton": "roborl.shields.presets:pick_place_gripper"} if shielded else {}
     cfg = config_from_dict({"env": {"id": "mujoco/PickPlace", "shield": shield_cfg}})
     env = make_env(cfg.env, 32, 0, torch.device("cpu"))
-    raw = env.unwrapped if hasattr(env, "unwrapped") else env
+    raw = env.unwrapped
     expert = tasks.EXPERTS["mujoco/PickPlace"](raw)
     machine = RewardMachine.from_file(ROOT_TASKS / "pick_place_gripper.rm")
     reference = [machine.initial] * 32

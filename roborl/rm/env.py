@@ -46,7 +46,7 @@ class RewardMachineEnv(VecEnvWrapper):
         self.observation_space = gym.spaces.Dict(spaces)
         self.u = torch.full((env.num_envs,), self.machine.initial, dtype=torch.long, device=env.device)
         self._pending: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        sim_env = env.unwrapped if isinstance(env, VecEnvWrapper) else env
+        sim_env = env.unwrapped
         if not hasattr(sim_env, "termination_hooks"):
             raise SimError(f"{type(sim_env).__name__} cannot end episodes at terminal reward-machine states "
                            "(no termination_hooks); use a mujoco/ task")
