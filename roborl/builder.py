@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 
 import torch
 from torch import nn
@@ -13,6 +12,7 @@ from policies import DiffusionPolicy, FlowPolicy, GaussianActorCritic, ResidualP
 from policies.gaussian import ACTIVATIONS
 from roborl.config import Config, EnvConfig, PolicyConfig, ResidualConfig, config_from_dict
 from roborl.errors import UserError
+from roborl.imports import import_factory
 from roborl.rm import RewardMachineEnv, load_machine
 from roborl.shields import (ActionRateShield, JointLimitShield, KeepOutCBF, ShieldChain, ShieldEnv, SpeedShield,
                             WorkspaceShield)
@@ -59,15 +59,6 @@ def make_env(cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> 
     if cfg.action_chunk > 1:
         env = ActionChunkEnv(env, cfg.action_chunk)
     return env
-
-
-def import_factory(spec: str, key: str):
-    """The callable named by `module:function`."""
-    module, _, name = spec.partition(":")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise UserError(f"{key} '{spec}': cannot import {name} from {module} ({exc})") from exc
 
 
 def make_shield(cfg: EnvConfig, env: sim.VecEnv) -> ShieldChain | None:

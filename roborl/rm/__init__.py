@@ -2,9 +2,9 @@
 (`compiled.py`), LTLf compilation (`ltlf.py`) and the env wrapper (`env.py`)."""
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
+from roborl.imports import import_factory
 from roborl.rm.compiled import CompiledRM
 from roborl.rm.env import RewardMachineEnv
 from roborl.rm.machine import RewardMachine, RMBuilder
@@ -20,11 +20,7 @@ def load_machine(spec: str | None = None, ltlf: str | None = None) -> RewardMach
 
         return from_ltlf(ltlf)
     if ":" in spec and not Path(spec).exists():
-        module, _, name = spec.partition(":")
-        try:
-            machine = getattr(importlib.import_module(module), name)()
-        except (ImportError, AttributeError) as exc:
-            raise ValueError(f"env.rm.machine '{spec}': cannot import {name} from {module} ({exc})") from exc
+        machine = import_factory(spec, "env.rm.machine")()
         if not isinstance(machine, RewardMachine):
             raise ValueError(f"env.rm.machine '{spec}' returned {type(machine).__name__}, not a RewardMachine")
         return machine
