@@ -10,6 +10,14 @@ import torch
 from roborl.shields.base import Shield, changed
 
 
+def clamp_delta_target(action: torch.Tensor, now: torch.Tensor, step: float, low: torch.Tensor,
+                       high: torch.Tensor) -> torch.Tensor:
+    """The nearest action whose target now + action·step lies in [low, high]; a coordinate already
+    outside may stay where it is but never moves further out."""
+    target = (now + action * step).clamp(torch.minimum(low, now), torch.maximum(high, now))
+    return ((target - now) / step).clamp(-1, 1)
+
+
 class WorkspaceShield(Shield):
     """ee_delta_pos: the commanded TCP target tcp + a·max_step stays inside the box [low, high]."""
 
@@ -21,11 +29,8 @@ class WorkspaceShield(Shield):
 
     def __call__(self, obs: dict, action: torch.Tensor):
         p = obs["state"][:, self.tcp].to(action.dtype)
-        low, high = self.low.to(action), self.high.to(action)
-        # the nearest action whose target is inside: clamp the target, never move an inside point
-        target = (p + action[:, :3] * self.max_step).clamp(torch.minimum(low, p), torch.maximum(high, p))
         safe = action.clone()
-        safe[:, :3] = ((target - p) / self.max_step).clamp(-1, 1)
+        safe[:, :3] = clamp_delta_target(action[:, :3], p, self.max_step, self.low.to(action), self.high.to(action))
         return safe, changed(action, safe), {}
 
 
@@ -83,8 +88,7 @@ class JointLimitShield(Shield):
 
     def __call__(self, obs: dict, action: torch.Tensor):
         q = obs["state"][:, self.q].to(action.dtype)
-        lower, upper = self.lower.to(action), self.upper.to(action)
-        target = (q + action[:, :7] * self.max_joint_step).clamp(torch.minimum(lower, q), torch.maximum(upper, q))
         safe = action.clone()
-        safe[:, :7] = ((target - q) / self.max_joint_step).clamp(-1, 1)
+        safe[:, :7] = clamp_delta_target(action[:, :7], q, self.max_joint_step, self.lower.to(action),
+                                         self.upper.to(action))
         return safe, changed(action, safe), {}
