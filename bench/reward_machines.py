@@ -23,7 +23,7 @@ import tasks  # noqa: F401  (registers mujoco/Sequence)
 from roborl.config import load_config
 from roborl.off_policy import make_trainer
 from roborl.rm import RewardMachine, RewardMachineEnv
-from study import first_reaching, run_once, write_study
+from study import env_seconds_per_step, first_reaching, run_once, write_study
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = {"rm_shaped": "rm_sequence", "plain_sparse": "ppo_sequence_sparse"}
@@ -31,23 +31,18 @@ RUNS = {"rm_shaped": "rm_sequence", "plain_sparse": "ppo_sequence_sparse"}
 
 def step_cost(num_envs: int = 256, steps: int = 200, repeats: int = 3) -> dict[str, float]:
     """Seconds per step of the raw simulator, of the simulator wrapped by the machine, and of the
-    compiled machine's tensor step alone; best of `repeats`, interleaved."""
+    compiled machine's tensor step alone; best of `repeats`."""
     torch.set_num_threads(1)
     machine = RewardMachine.from_file(ROOT / "tasks" / "sequence.rm")
     raw = sim.make("mujoco/Sequence", num_envs, seed=0)
     wrapped = RewardMachineEnv(sim.make("mujoco/Sequence", num_envs, seed=0), machine, shaping_gamma=0.9)
     actions = torch.rand(steps, num_envs, raw.action_dim) * 2 - 1
-    best = {"env_step_s": float("inf"), "wrapped_step_s": float("inf"), "machine_step_s": float("inf")}
+    best = env_seconds_per_step({"env_step_s": raw, "wrapped_step_s": wrapped}, actions, repeats)
+    best["machine_step_s"] = float("inf")
     labels = torch.rand(num_envs, 3) < 0.3
     terms = torch.rand(num_envs, 3)
     u = torch.zeros(num_envs, dtype=torch.long)
     for _ in range(repeats):
-        for key, env in (("env_step_s", raw), ("wrapped_step_s", wrapped)):
-            env.reset(seed=0)
-            start = time.perf_counter()
-            for a in actions:
-                env.step(a)
-            best[key] = min(best[key], (time.perf_counter() - start) / steps)
         start = time.perf_counter()
         for _ in range(steps):
             wrapped.machine.step(u, labels, terms)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import torch
@@ -21,7 +20,7 @@ from roborl.builder import make_env
 from roborl.config import load_config
 from roborl.evaluate import evaluate_checkpoint
 from roborl.off_policy import make_trainer
-from study import run_once, write_study
+from study import env_seconds_per_step, run_once, write_study
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = {"unshielded": "ppo_reachavoid", "shielded": "ppo_shielded_reachavoid", "lagrangian": "ppo_lagrangian_reachavoid"}
@@ -44,14 +43,7 @@ def shield_overhead(num_envs: int = 256, steps: int = 200, repeats: int = 3) -> 
     plain = make_env(load_config(ROOT / "configs" / "ppo_reachavoid.yaml").env, num_envs, 0, torch.device("cpu"))
     shielded = make_env(load_config(ROOT / "configs" / "ppo_shielded_reachavoid.yaml").env, num_envs, 0, torch.device("cpu"))
     actions = torch.rand(steps, num_envs, plain.action_dim) * 2 - 1
-    best = {"plain": float("inf"), "shielded": float("inf")}
-    for _ in range(repeats):
-        for key, env in (("plain", plain), ("shielded", shielded)):
-            env.reset(seed=0)
-            start = time.perf_counter()
-            for a in actions:
-                env.step(a)
-            best[key] = min(best[key], (time.perf_counter() - start) / steps)
+    best = env_seconds_per_step({"plain": plain, "shielded": shielded}, actions, repeats)
     plain.close()
     shielded.close()
     return 100 * (best["shielded"] - best["plain"]) / best["plain"]

@@ -3,8 +3,11 @@ reaches a target, write a study's table, data and learning curves."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Callable
+
+import torch
 
 from roborl.plots import plot_curves
 
@@ -33,3 +36,17 @@ def write_study(run_dir: Path, name: str, lines: list[str], data: dict, curves: 
     (run_dir / f"{name}.md").write_text(table + "\n")
     (run_dir / f"{name}.json").write_text(json.dumps(data, indent=2))
     plot_curves(run_dir / f"{name}.png", curves, title)
+
+
+def env_seconds_per_step(envs: dict, actions: torch.Tensor, repeats: int = 3) -> dict[str, float]:
+    """Seconds per `step` of each env on the same action sequence (T×N×A), best of `repeats`, the envs
+    interleaved so that a busy moment hits them alike."""
+    best = {key: float("inf") for key in envs}
+    for _ in range(repeats):
+        for key, env in envs.items():
+            env.reset(seed=0)
+            start = time.perf_counter()
+            for a in actions:
+                env.step(a)
+            best[key] = min(best[key], (time.perf_counter() - start) / len(actions))
+    return best
