@@ -157,10 +157,10 @@ class Trainer:
                 sps = steps_per_iter / (time.time() - it_start)
                 stats["sps"] = sps
                 logger.scalars("train", stats, self.env_steps)
-                ep = self.episodes
-                if ep["return"] or len(ep) > 2:
-                    logger.scalars("rollout", {k: sum(v) / len(v) for k, v in ep.items() if v}, self.env_steps)
-                postfix = {"sps": sps, "ret": sum(ep["return"]) / len(ep["return"]) if ep["return"] else 0.0}
+                rollout = {k: sum(v) / len(v) for k, v in self.episodes.items() if v}
+                if rollout:
+                    logger.scalars("rollout", rollout, self.env_steps)
+                postfix = {"sps": sps, "ret": rollout.get("return", 0.0)}
                 last = self.iteration == total_iters or (t.max_minutes and wall > 60 * t.max_minutes)
                 if self.iteration % t.eval_every == 0 or last:
                     result = self.run_eval(wall)
