@@ -14,8 +14,8 @@ from roborl.config import Config, EnvConfig, PolicyConfig, ResidualConfig, confi
 from roborl.errors import UserError
 from roborl.imports import import_factory
 from roborl.rm import RewardMachineEnv, load_machine
-from roborl.shields import (ActionRateShield, JointLimitShield, KeepOutCBF, ShieldChain, ShieldEnv, SpeedShield,
-                            WorkspaceShield)
+from roborl.shields import ShieldChain, ShieldEnv
+from roborl.shields.specs import build_shields
 from sim.base_action import BaseActionEnv
 from sim.chunking import ActionChunkEnv
 from sim.history import StateHistoryEnv
@@ -44,6 +44,10 @@ def make_env(cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> 
     if cfg.id.startswith("mujoco/"):
         options.update(controller=cfg.controller, control_freq=cfg.control_freq, obs_mode=cfg.obs_mode,
                        render_size=tuple(cfg.render_size))
+        if cfg.randomize.enabled:
+            options["randomization"] = cfg.randomize
+    elif cfg.randomize.enabled:
+        raise UserError(f"env.randomize works on the embedded mujoco/ tasks, not {cfg.id}")
     env = sim.make(cfg.id, num_envs, **options)
     if cfg.rm.machine or cfg.rm.ltlf:
         try:
@@ -61,11 +65,12 @@ def make_env(cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> 
     return env
 
 
-def make_shield(cfg: EnvConfig, env: sim.VecEnv) -> ShieldChain | None:
-    """The shields `env.shield` asks for, in the order: action rate, speed, workspace, keep-out, joints."""
+def shield_specs(cfg: EnvConfig, env: sim.VecEnv) -> list[dict]:
+    """The shields `env.shield` asks for, as data (roborl/shields/specs.py), in the order: action rate,
+    speed, workspace, keep-out, automaton, joints."""
     s = cfg.shield
     if not (s.workspace or s.max_speed or s.action_rate or s.joint_margin is not None or s.keep_out or s.automaton):
-        return None
+        return []
     raw = env.unwrapped
     if not isinstance(raw, ArmEnv):
         raise UserError(f"env.shield works on the embedded arm tasks (mujoco/...), not {cfg.id}")
@@ -74,26 +79,38 @@ def make_shield(cfg: EnvConfig, env: sim.VecEnv) -> ShieldChain | None:
         raise UserError(f"env.shield.{ee[0]} shields the ee_delta_pos controller; this env uses {cfg.controller}")
     if s.joint_margin is not None and cfg.controller != "joint_delta_pos":
         raise UserError(f"env.shield.joint_margin shields the joint_delta_pos controller; this env uses {cfg.controller}")
-    shields = []
+    if s.workspace and len(s.workspace) != 6:
+        raise UserError(f"env.shield.workspace needs 6 numbers [x0, y0, z0, x1, y1, z1], got {s.workspace}")
+    tcp = [ARM_OBS["tcp"].start, ARM_OBS["tcp"].stop]
+    specs: list[dict] = []
+    if s.action_rate:
+        specs.append({"type": "action_rate", "max_delta": s.action_rate})
+    if s.max_speed:
+        specs.append({"type": "max_speed", "max_speed": s.max_speed, "control_dt": raw.control_dt,
+                      "max_step": raw.max_ee_step})
+    if s.workspace:
+        specs.append({"type": "workspace", "low": s.workspace[:3], "high": s.workspace[3:], "tcp": tcp,
+                      "max_step": raw.max_ee_step})
+    if s.keep_out:
+        specs.append({"type": "keep_out", "spheres": s.keep_out, "tcp": tcp, "max_step": raw.max_ee_step,
+                      "alpha": s.cbf_alpha, "margin": s.cbf_margin})
+    if s.automaton:
+        specs.append({"type": "automaton", "factory": s.automaton})
+    if s.joint_margin is not None:
+        specs.append({"type": "joint_limits", "lower": raw.chain.lower.tolist(), "upper": raw.chain.upper.tolist(),
+                      "q": [ARM_OBS["q"].start, ARM_OBS["q"].stop], "max_joint_step": raw.max_joint_step,
+                      "margin": s.joint_margin})
+    return specs
+
+
+def make_shield(cfg: EnvConfig, env: sim.VecEnv) -> ShieldChain | None:
+    specs = shield_specs(cfg, env)
+    if not specs:
+        return None
     try:
-        if s.action_rate:
-            shields.append(ActionRateShield(s.action_rate))
-        if s.max_speed:
-            shields.append(SpeedShield(s.max_speed, raw.control_dt, raw.max_ee_step))
-        if s.workspace:
-            if len(s.workspace) != 6:
-                raise ValueError(f"env.shield.workspace needs 6 numbers [x0, y0, z0, x1, y1, z1], got {s.workspace}")
-            shields.append(WorkspaceShield(s.workspace[:3], s.workspace[3:], ARM_OBS["tcp"], raw.max_ee_step))
-        if s.keep_out:
-            shields.append(KeepOutCBF(s.keep_out, ARM_OBS["tcp"], raw.max_ee_step, s.cbf_alpha, s.cbf_margin))
-        if s.automaton:
-            shields.append(import_factory(s.automaton, "env.shield.automaton")())
-        if s.joint_margin is not None:
-            shields.append(JointLimitShield(raw.chain.lower, raw.chain.upper, ARM_OBS["q"], raw.max_joint_step,
-                                            s.joint_margin))
+        return build_shields(specs)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    return ShieldChain(shields)
 
 
 def make_residual_env(cfg: Config, num_envs: int, seed: int, device: torch.device) -> sim.VecEnv:

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from roborl.errors import UserError
+from sim.randomization import Randomization
 
 
 @dataclass
@@ -52,6 +53,7 @@ class EnvConfig:
     obs_history: int = 1  # n: `state` holds the last n states of the episode (sim/history.py)
     rm: RMConfig = field(default_factory=RMConfig)  # a reward machine over the task's labels (roborl/rm)
     shield: ShieldConfig = field(default_factory=ShieldConfig)  # action shields (roborl/shields)
+    randomize: Randomization = field(default_factory=Randomization)  # domain randomization (sim/randomization.py)
 
 
 @dataclass

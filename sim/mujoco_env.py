@@ -17,6 +17,7 @@ import torch
 from mujoco import rollout
 
 from sim.errors import SimError
+from sim.randomization import ModelRandomizer, Randomization
 from sim.vec_env import Obs, VecEnv
 
 FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
@@ -26,7 +27,8 @@ class MujocoVecEnv(VecEnv):
     """Base class of batched MuJoCo tasks (ManiSkill-style: one subclass per task).
 
     Subclasses implement `_reset_idx`, `_action_to_ctrl`, `_state_obs` and `_evaluate`; the
-    base class owns physics, time limits, auto-reset, episode statistics, seeding and rendering.
+    base class owns physics, time limits, auto-reset, episode statistics, seeding, rendering and
+    domain randomization (`randomization`, see sim/randomization.py).
     """
 
     action_dim_: int = 0
@@ -45,6 +47,7 @@ class MujocoVecEnv(VecEnv):
         obs_mode: str = "state",
         render_size: tuple[int, int] = (128, 128),
         camera: str = "front",
+        randomization: Randomization | None = None,
     ) -> None:
         if obs_mode not in ("state", "rgb"):
             raise SimError(f"obs_mode must be 'state' or 'rgb', got '{obs_mode}'")
@@ -91,6 +94,11 @@ class MujocoVecEnv(VecEnv):
         self.generator = torch.Generator().manual_seed(seed)
         self.state_version = 0  # bumped whenever the physics state changes; tasks key caches on it
         self._setup()
+        self.randomizer = None  # None when nothing is randomized: the env runs exactly as without it
+        if randomization is not None and randomization.enabled:
+            self.randomizer = ModelRandomizer(self, randomization)  # validates the ranges
+        if self.randomizer is not None and self.randomizer.models is not None:
+            self._models = self.randomizer.models
 
         spaces: dict[str, gym.spaces.Space] = {}
         self.action_space = gym.spaces.Box(-1.0, 1.0, (self.action_dim_,), np.float32)
@@ -137,8 +145,11 @@ class MujocoVecEnv(VecEnv):
         action = torch.as_tensor(action).detach().to("cpu", torch.float64)
         if action.shape != (self.num_envs, self.action_dim_):
             raise SimError(f"action must have shape ({self.num_envs}, {self.action_dim_}), got {tuple(action.shape)}")
-        ctrl = self._action_to_ctrl(action.clamp(-1.0, 1.0))
-        self._ctrl[:] = ctrl.numpy()[:, None, :]
+        action = action.clamp(-1.0, 1.0)
+        if self.randomizer is None:
+            self._ctrl[:] = self._action_to_ctrl(action).numpy()[:, None, :]
+        else:
+            self.randomizer.controls(action, self._action_to_ctrl, self._ctrl)
         time_before = self.state[:, 0].copy()
         self._pool.rollout(self._models, self._datas, self.state, self._ctrl, skip_checks=True,
                            nstep=self.substeps, state=self._out, sensordata=self._sensors)
@@ -192,7 +203,8 @@ class MujocoVecEnv(VecEnv):
             self._renderer = BatchRenderer(self.model, h, w, self.camera)
         ids = list(range(self.num_envs)) if env_ids is None else list(env_ids)
         markers = [(pos[ids], rgba, size) for pos, rgba, size in self._markers()]
-        return self._renderer.render(self.state[ids], markers)
+        overrides = self.randomizer.render_overrides(ids) if self.randomizer is not None else {}
+        return self._renderer.render(self.state[ids], markers, **overrides)
 
     def close(self) -> None:
         self._pool.close()
@@ -205,6 +217,8 @@ class MujocoVecEnv(VecEnv):
         ids = mask.nonzero().flatten()
         self._state_t[ids] = self.initial_state
         self._reset_idx(ids)
+        if self.randomizer is not None:
+            self.randomizer.reset(ids)
         self.state_version += 1
         self.elapsed[ids] = 0
         self.episode_return[ids] = 0.0
@@ -212,7 +226,10 @@ class MujocoVecEnv(VecEnv):
         self.success_once[ids] = False
 
     def _obs(self) -> Obs:
-        obs: Obs = {"state": self._state_obs().float().to(self.device)}
+        state = self._state_obs()
+        if self.randomizer is not None:
+            state = self.randomizer.noisy(state)
+        obs: Obs = {"state": state.float().to(self.device)}
         if self.obs_mode == "rgb":
             obs["rgb"] = self.render().to(self.device)
         if self.instruction:

@@ -28,23 +28,37 @@ class BatchRenderer:
         self.camera = camera
         self.height, self.width = height, width
 
-    def render(self, states: np.ndarray, markers: list[Marker] = ()) -> torch.Tensor:
+    def render(self, states: np.ndarray, markers: list[Marker] = (), cam_pos: np.ndarray | None = None,
+               light_diffuse: np.ndarray | None = None) -> torch.Tensor:
+        """One frame per state row. `cam_pos` (n×ncam×3) and `light_diffuse` (n×nlight×3) override the
+        model's cameras and lights per row (domain randomization); the model is restored afterwards."""
         frames = np.empty((len(states), self.height, self.width, 3), np.uint8)
-        for i, row in enumerate(states):
-            mujoco.mj_setState(self.model, self.data, row, FULL)
-            mujoco.mj_kinematics(self.model, self.data)
-            mujoco.mj_camlight(self.model, self.data)
-            self.renderer.update_scene(self.data, camera=self.camera)
-            scene = self.renderer.scene
-            for pos, rgba, radius in markers:
-                if scene.ngeom >= scene.maxgeom:
-                    break
-                mujoco.mjv_initGeom(scene.geoms[scene.ngeom], mujoco.mjtGeom.mjGEOM_SPHERE,
-                                    np.array([radius, 0, 0]), pos[i].numpy().astype(np.float64),
-                                    np.eye(3).flatten(), np.asarray(rgba, np.float32))
-                scene.ngeom += 1
-            frames[i] = self.renderer.render()
+        nominal = self.model.cam_pos.copy(), self.model.light_diffuse.copy()
+        try:
+            for i, row in enumerate(states):
+                if cam_pos is not None:
+                    self.model.cam_pos[:] = cam_pos[i]
+                if light_diffuse is not None:
+                    self.model.light_diffuse[:] = light_diffuse[i]
+                frames[i] = self._frame(row, [(pos[i], rgba, radius) for pos, rgba, radius in markers])
+        finally:
+            self.model.cam_pos[:], self.model.light_diffuse[:] = nominal
         return torch.from_numpy(frames)
+
+    def _frame(self, row: np.ndarray, markers: list[tuple[torch.Tensor, tuple, float]]) -> np.ndarray:
+        mujoco.mj_setState(self.model, self.data, row, FULL)
+        mujoco.mj_kinematics(self.model, self.data)
+        mujoco.mj_camlight(self.model, self.data)
+        self.renderer.update_scene(self.data, camera=self.camera)
+        scene = self.renderer.scene
+        for pos, rgba, radius in markers:
+            if scene.ngeom >= scene.maxgeom:
+                break
+            mujoco.mjv_initGeom(scene.geoms[scene.ngeom], mujoco.mjtGeom.mjGEOM_SPHERE,
+                                np.array([radius, 0, 0]), pos.numpy().astype(np.float64),
+                                np.eye(3).flatten(), np.asarray(rgba, np.float32))
+            scene.ngeom += 1
+        return self.renderer.render()
 
     def close(self) -> None:
         self.renderer.close()
