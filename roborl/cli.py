@@ -1,5 +1,5 @@
 """`roborl train CONFIG [key=value ...]`, `roborl bc CONFIG [key=value ...]`, `roborl demos TASK`,
-`roborl eval CHECKPOINT`, `roborl envs`."""
+`roborl eval CHECKPOINT`, `roborl export CHECKPOINT`, `roborl serve ARTIFACT`, `roborl envs`."""
 from __future__ import annotations
 
 import argparse
@@ -56,6 +56,24 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export(args: argparse.Namespace) -> int:
+    from roborl.deploy.export import export_checkpoint
+
+    meta = export_checkpoint(args.checkpoint, args.format, args.out)
+    print(json.dumps({"artifact": meta["artifact"], "runtime": meta["runtime"],
+                      "max_abs_diff": meta["check"]["max_abs_diff"], "shields": meta["shields"]["in_artifact"]}))
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import os
+
+    from roborl.deploy.server import serve
+
+    serve(args.artifact, args.host, args.port, args.token or os.environ.get("ROBORL_SERVER_TOKEN"), args.max_batch)
+    return 0
+
+
 def _envs(args: argparse.Namespace) -> int:
     import sim
     import tasks  # noqa: F401
@@ -96,6 +114,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--video-path", help="write the mp4 here instead")
     p.add_argument("--json", action="store_true", help="print one JSON line")
     p.set_defaults(func=_eval)
+    p = sub.add_parser("export", help="export a checkpoint to one TorchScript or ONNX file (+ metadata JSON)")
+    p.add_argument("checkpoint")
+    p.add_argument("--format", default="torchscript", choices=["torchscript", "onnx"])
+    p.add_argument("--out", help="artifact path (default: beside the checkpoint, .pt or .onnx)")
+    p.set_defaults(func=_export)
+    p = sub.add_parser("serve", help="serve an exported policy over websocket + msgpack")
+    p.add_argument("artifact", help="a file written by `roborl export`")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed at start)")
+    p.add_argument("--token", help="require 'Authorization: Bearer TOKEN' (or set ROBORL_SERVER_TOKEN)")
+    p.add_argument("--max-batch", type=int, default=1024, help="largest batch of observations per request")
+    p.set_defaults(func=_serve)
     p = sub.add_parser("envs", help="list the available environment ids")
     p.set_defaults(func=_envs)
     args = parser.parse_args(argv)

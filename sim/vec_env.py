@@ -48,6 +48,12 @@ class VecEnv:
     def action_dim(self) -> int:
         return int(self.action_space.shape[0])
 
+    def action_scaling(self) -> dict[str, list]:
+        """What an action in [-1, 1] commands: `scale`·a + `offset` in `units` per dimension (exported
+        with deployed policies, so the robot side knows what it executes)."""
+        n = int(self.action_space.shape[-1])
+        return {"scale": [1.0] * n, "offset": [0.0] * n, "units": ["normalized"] * n}
+
     def __enter__(self) -> "VecEnv":
         return self
 

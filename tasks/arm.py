@@ -94,6 +94,17 @@ class ArmEnv(MujocoVecEnv):
         finger = (action[:, -1:] + 1) / 2 * FINGER_OPEN
         return torch.cat([q_target, finger, finger], -1)
 
+    def action_scaling(self) -> dict[str, list]:
+        finger = {"scale": [FINGER_OPEN / 2], "offset": [FINGER_OPEN / 2], "units": ["m finger opening"]}
+        if self.controller == "ee_delta_pos":
+            arm = {"scale": [self.max_ee_step] * 3, "offset": [0.0] * 3, "units": ["m tcp delta"] * 3}
+        elif self.controller == "joint_delta_pos":
+            arm = {"scale": [self.max_joint_step] * 7, "offset": [0.0] * 7, "units": ["rad joint delta"] * 7}
+        else:
+            lo, hi = self.chain.lower, self.chain.upper
+            arm = {"scale": ((hi - lo) / 2).tolist(), "offset": ((hi + lo) / 2).tolist(), "units": ["rad joint"] * 7}
+        return {k: arm[k] + finger[k] for k in arm}
+
     def ik_step(self, q: torch.Tensor, target: torch.Tensor, p: torch.Tensor, R: torch.Tensor, J: torch.Tensor,
                 damping: float = 0.05) -> torch.Tensor:
         """Damped least-squares joint step toward `target` with the gripper pointing down, from the TCP

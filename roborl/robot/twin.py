@@ -1,0 +1,314 @@
+"""A MuJoCo digital twin of an embedded task, in its own process, at real-time rate: the peer the robot
+side (`roborl.robot`) is tested against.
+
+The twin owns the clock. Every control period it publishes an observation (`state`, `tick`), waits up
+to `window` of the period for the command answering that tick, then integrates one period of physics
+with it (or, without one, holding the pose) and sleeps until the next tick. Dynamics perturbations and
+actuation latency are `sim.randomization.Randomization` values held fixed (`perturb`), e.g. a cube 1.5×
+heavier, half the friction and 20 ms before a new command takes effect.
+
+Like a real robot driver it protects itself: `stop` (from any client, on its own connection) makes it
+hold and ignore commands until `reset`; and when commands stop arriving for `command_timeout` seconds
+mid-episode, it stops by itself. `status` reports when a stop was requested and from which tick it held.
+
+Run `python -m roborl.robot.twin --env mujoco/Push --perturb object_mass=1.5 friction=0.5 latency_ms=20`;
+it prints `roborl twin: listening on ws://HOST:PORT` once it is ready.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from roborl.deploy.wire import WireError, pack, unpack
+from roborl.robot.interface import RobotInterface
+
+
+@dataclass
+class TwinSettings:
+    env_id: str = "mujoco/Push"
+    controller: str = "ee_delta_pos"
+    control_freq: int = 20
+    perturb: dict[str, float] = field(default_factory=dict)  # Randomization field -> fixed value
+    seed: int = 0
+    window: float = 0.8  # fraction of the period the twin waits for the command of a tick
+    command_timeout: float | None = None  # seconds without commands mid-episode before it stops itself (None: 4 periods)
+
+
+class Twin:
+    """The simulation side: physics thread + a request handler shared by all client connections."""
+
+    def __init__(self, settings: TwinSettings) -> None:
+        import sim
+        import tasks  # noqa: F401  (registers the embedded tasks)
+        from sim.randomization import Randomization
+
+        self.settings = settings
+        try:  # ranges held at one value; obs_noise and camera_pos are a single number already
+            randomization = Randomization(**{k: v if k in ("obs_noise", "camera_pos") else [v, v]
+                                             for k, v in settings.perturb.items()})
+        except TypeError as exc:
+            raise SystemExit(f"roborl twin: unknown perturbation ({exc}); use fields of sim.randomization.Randomization")
+        self.env = sim.make(settings.env_id, 1, controller=settings.controller, control_freq=settings.control_freq,
+                            episode_length=10**9, seed=settings.seed,
+                            randomization=randomization if randomization.enabled else None)
+        self.dt = self.env.control_dt
+        self.timeout = settings.command_timeout if settings.command_timeout is not None else 4 * self.dt
+        self.action_dim = self.env.action_dim
+        self.cond = threading.Condition()
+        self.tick = -1
+        self.obs = self.env.reset(seed=settings.seed)
+        self.published: dict = {}
+        self.command: tuple[int, np.ndarray] | None = None
+        self.last_action = np.zeros(self.action_dim, np.float32)
+        self.reset_request: int | None = None
+        self.resets_done = 0
+        self.status = {"stopped": False, "stop_reason": None, "stop_requested_at": None, "stop_effective_at": None,
+                       "ticks": 0, "missed": 0, "overruns": 0, "commands": 0, "episode_step": 0, "success": False,
+                       "terminated": False, "last_command_at": None}
+        self.running = True
+
+    # ---- physics thread ---------------------------------------------------------------------------
+    def hold_action(self) -> np.ndarray:
+        """Zero motion for delta controllers, the gripper as last commanded; position targets held."""
+        if self.settings.controller == "joint_pos":
+            return self.last_action.copy()
+        hold = np.zeros(self.action_dim, np.float32)
+        hold[-1] = self.last_action[-1]
+        return hold
+
+    def _publish(self, tick: int, t: float) -> None:
+        s = self.status
+        self.published = {"type": "obs", "state": self.obs["state"][0].numpy(), "tick": tick, "time": t,
+                          "episode_step": s["episode_step"], "success": s["success"], "terminated": s["terminated"],
+                          "stopped": s["stopped"]}
+
+    def run(self) -> None:
+        import torch
+
+        start = time.monotonic()
+        k = 0
+        while self.running:
+            t_k = start + k * self.dt
+            with self.cond:
+                if self.reset_request is not None:
+                    self.obs = self.env.reset(seed=self.reset_request)
+                    self.reset_request = None
+                    self.command = None
+                    self.last_action[:] = 0
+                    self.status.update(stopped=False, stop_reason=None, stop_requested_at=None, stop_effective_at=None,
+                                       episode_step=0, success=False, terminated=False, last_command_at=None)
+                    self.resets_done += 1
+                self.tick = k
+                self._publish(k, t_k)
+                self.cond.notify_all()
+                window_end = t_k + self.settings.window * self.dt
+                self.cond.wait_for(lambda: self.status["stopped"] or self.reset_request is not None
+                                   or (self.command is not None and self.command[0] == k),
+                                   timeout=max(0.0, window_end - time.monotonic()))
+                s = self.status
+                last = s["last_command_at"]
+                if not s["stopped"] and last is not None and time.monotonic() - last > self.timeout:
+                    self._stop("command_timeout")
+                if s["stopped"] or s["terminated"]:
+                    if s["stopped"] and s["stop_effective_at"] is None:
+                        s["stop_effective_at"] = max(t_k, s["stop_requested_at"])
+                    action = self.hold_action()
+                elif self.command is not None and self.command[0] == k:
+                    action = self.command[1]
+                    self.last_action = action.copy()
+                else:
+                    action = self.hold_action()
+                    s["missed"] += 1
+            if self.reset_request is None:
+                obs, _, term, _, info = self.env.step(torch.from_numpy(action)[None])
+                with self.cond:
+                    self.obs = obs
+                    s = self.status
+                    s["ticks"] += 1
+                    s["episode_step"] += 1
+                    s["success"] = bool(info["success"][0]) and not s["terminated"]
+                    s["terminated"] = s["terminated"] or bool(term[0])
+            elapsed = time.monotonic() - t_k
+            if elapsed > self.dt:
+                self.status["overruns"] += 1
+            k = max(k + 1, int((time.monotonic() - start) / self.dt))  # after an overrun, skip to the current tick
+            time.sleep(max(0.0, start + k * self.dt - time.monotonic()))
+
+    def _stop(self, reason: str) -> None:
+        s = self.status
+        if not s["stopped"]:
+            s.update(stopped=True, stop_reason=reason, stop_requested_at=time.monotonic())
+
+    # ---- requests ---------------------------------------------------------------------------------
+    def handle(self, request: dict) -> dict:
+        kind = request.get("type")
+        with self.cond:
+            if kind == "observe":
+                after = request.get("after", -1)
+                self.cond.wait_for(lambda: self.tick > after, timeout=2.0)
+                return dict(self.published)
+            if kind == "act":
+                action = request.get("action")
+                if not isinstance(action, np.ndarray) or action.shape != (self.action_dim,) or \
+                        action.dtype != np.float32 or not np.isfinite(action).all():
+                    return {"type": "error", "error": f"'action' must be a finite float32 array of shape [{self.action_dim}]"}
+                if self.status["stopped"]:
+                    return {"type": "error", "error": "the twin is stopped; reset it first"}
+                self.command = (int(request.get("tick", self.tick)), np.clip(action, -1, 1))
+                self.status["commands"] += 1
+                self.status["last_command_at"] = time.monotonic()
+                self.cond.notify_all()
+                return {"type": "ok"}
+            if kind == "hold":
+                self.status["last_command_at"] = time.monotonic()
+                return {"type": "ok"}
+            if kind == "stop":
+                self._stop(str(request.get("reason", "stop")))
+                self.cond.notify_all()
+                return {"type": "ok"}
+            if kind == "reset":
+                target = self.resets_done + 1
+                self.reset_request = int(request.get("seed", 0))
+                self.cond.notify_all()
+                self.cond.wait_for(lambda: self.resets_done >= target and self.tick >= 0, timeout=5.0)
+                self.cond.wait_for(lambda: self.published.get("episode_step", 1) == 0, timeout=5.0)
+                return dict(self.published)
+            if kind == "status":
+                return {"type": "status", **self.status, "control_dt": self.dt, "tick": self.tick}
+        return {"type": "error", "error": f"unknown request type {kind!r}"}
+
+
+def serve_twin(settings: TwinSettings, host: str = "127.0.0.1", port: int = 0) -> None:
+    from websockets.sync.server import serve
+
+    twin = Twin(settings)
+
+    def handler(connection) -> None:
+        for payload in connection:
+            try:
+                request = unpack(payload)
+                reply = twin.handle(request) if isinstance(request, dict) else {"type": "error", "error": "not a map"}
+            except WireError as exc:
+                reply = {"type": "error", "error": str(exc)}
+            connection.send(pack(reply))
+
+    physics = threading.Thread(target=twin.run, daemon=True, name="physics")
+    with serve(handler, host, port, compression=None, ping_interval=None) as server:
+        bound = server.socket.getsockname()
+        physics.start()
+        print(f"roborl twin: listening on ws://{bound[0]}:{bound[1]}", flush=True)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            twin.running = False
+
+
+def start_twin(settings: TwinSettings, timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
+    """Launch a twin process; returns it and its websocket URI once it listens."""
+    args = [sys.executable, "-m", "roborl.robot.twin", "--env", settings.env_id, "--controller", settings.controller,
+            "--control-freq", str(settings.control_freq), "--seed", str(settings.seed), "--window", str(settings.window)]
+    if settings.command_timeout is not None:
+        args += ["--command-timeout", str(settings.command_timeout)]
+    if settings.perturb:
+        args += ["--perturb", *[f"{k}={v}" for k, v in settings.perturb.items()]]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("roborl twin: listening on "):
+            return proc, line.split()[-1]
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise RuntimeError(f"the twin process did not start (exit code {proc.poll()})")
+
+
+class TwinRobot(RobotInterface):
+    """`RobotInterface` of a running twin. Clocked (default): the twin's clock paces the control loop
+    (`observe` returns at the twin's next tick); otherwise `observe` returns the newest sample at once and
+    the loop keeps its own schedule. `stop` goes over a connection of its own, so it works while
+    `observe` waits."""
+
+    def __init__(self, uri: str, control_dt: float = 0.05, clocked: bool = True) -> None:
+        self.uri, self.control_dt, self.clocked = uri, control_dt, clocked
+        self.tick = -1
+        self.last_obs: dict = {}
+        self._lock = threading.Lock()
+
+    def connect(self) -> None:
+        from websockets.sync.client import connect
+
+        self._conn = connect(self.uri, compression=None, proxy=None, ping_interval=None, legacy=True)
+        self._estop = connect(self.uri, compression=None, proxy=None, ping_interval=None, legacy=True)
+        self.control_dt = self.status()["control_dt"]
+
+    def _request(self, message: dict, conn=None) -> dict:
+        conn = conn or self._conn
+        with self._lock if conn is self._conn else contextlib.nullcontext():
+            conn.send(pack(message))
+            reply = unpack(conn.recv(timeout=5.0))
+        if reply.get("type") == "error":
+            raise RuntimeError(f"twin: {reply['error']}")
+        return reply
+
+    def observe(self) -> dict[str, np.ndarray]:
+        self.last_obs = self._request({"type": "observe", "after": self.tick if self.clocked else -1})
+        self.tick = self.last_obs["tick"]
+        return self.last_obs
+
+    def act(self, action: np.ndarray) -> None:
+        self._request({"type": "act", "action": np.asarray(action, np.float32), "tick": self.tick})
+
+    def hold(self) -> None:
+        self._request({"type": "hold"})
+
+    def stop(self) -> None:
+        self._request({"type": "stop", "reason": "client"}, conn=self._estop)
+
+    def reset(self, seed: int = 0) -> dict:
+        self.last_obs = self._request({"type": "reset", "seed": seed})
+        self.tick = self.last_obs["tick"] - 1
+        return self.last_obs
+
+    def status(self) -> dict:
+        return self._request({"type": "status"}, conn=self._estop)
+
+    def close(self) -> None:
+        for conn in (getattr(self, "_conn", None), getattr(self, "_estop", None)):
+            if conn is not None:
+                conn.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m roborl.robot.twin", description="MuJoCo digital twin process")
+    p.add_argument("--env", default="mujoco/Push")
+    p.add_argument("--controller", default="ee_delta_pos")
+    p.add_argument("--control-freq", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--window", type=float, default=0.8)
+    p.add_argument("--command-timeout", type=float)
+    p.add_argument("--perturb", nargs="*", default=[], help="e.g. object_mass=1.5 friction=0.5 latency_ms=20")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    args = p.parse_args(argv)
+    perturb = {}
+    for item in args.perturb:
+        key, _, value = item.partition("=")
+        perturb[key] = float(value)
+    settings = TwinSettings(args.env, args.controller, args.control_freq, perturb, args.seed, args.window,
+                            args.command_timeout)
+    serve_twin(settings, args.host, args.port)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
