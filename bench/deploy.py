@@ -18,7 +18,6 @@ import json
 import threading
 from pathlib import Path
 
-import numpy as np
 import torch
 from study import run_once, write_study
 
@@ -30,7 +29,7 @@ from roborl.deploy.export import export_checkpoint
 from roborl.deploy.server import start_server
 from roborl.evaluate import evaluate
 from roborl.off_policy import make_trainer
-from roborl.robot import ControlLoop
+from roborl.robot.episodes import run_episodes
 from roborl.robot.twin import TwinRobot, TwinSettings, start_twin
 from sim.randomization import Randomization
 
@@ -58,34 +57,15 @@ def sim_success(checkpoint: Path, perturb: dict[str, float], episodes: int) -> f
 
 
 def twin_episodes(uri: str, twin_uri: str, episodes: int, seed: int, out: dict) -> None:
-    """Episodes on one twin through the policy server; fills `out` with successes, loop and latency stats."""
+    """Episodes on one twin through the policy server; fills `out` (run in a thread per twin)."""
     client = PolicyClient(uri)
-    round_trips: list[float] = []
-
-    def policy(obs):
-        reply = client.infer(obs)
-        round_trips.append(client.last_round_trip_ms)
-        return reply["action"]
-
     robot = TwinRobot(twin_uri)
     robot.connect()
-    loop = ControlLoop(robot, policy, client.metadata)
-    steps = client.metadata["env"]["episode_length"]
-    successes = []
-    for episode in range(episodes):
-        robot.reset(seed=seed + episode)
-        loop.reset()
-        report = loop.run(steps)
-        if report.reason != "done":
-            raise RuntimeError(f"the control loop stopped: {report.reason} {report.detail}")
-        successes.append(bool(robot.observe()["success"]))  # the state after the last period
+    out.update(run_episodes(robot, client, episodes, seed))
     status = robot.status()
+    out.update(twin_missed_commands=status["missed"], twin_overruns=status["overruns"])
     robot.close()
     client.close()
-    rt = np.asarray(round_trips)
-    out.update(success=float(np.mean(successes)), episodes=episodes, loop=loop.report.summary(),
-               round_trip_ms={f"p{q}": float(np.percentile(rt, q)) for q in (50, 95, 99)},
-               twin_missed_commands=status["missed"], twin_overruns=status["overruns"])
 
 
 def main() -> None:

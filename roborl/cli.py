@@ -1,5 +1,5 @@
 """`roborl train CONFIG [key=value ...]`, `roborl bc CONFIG [key=value ...]`, `roborl demos TASK`,
-`roborl eval CHECKPOINT`, `roborl export CHECKPOINT`, `roborl serve ARTIFACT`, `roborl envs`."""
+`roborl eval CHECKPOINT`, `roborl export CHECKPOINT`, `roborl serve ARTIFACT`, `roborl twin [SERVER]`, `roborl envs`."""
 from __future__ import annotations
 
 import argparse
@@ -74,6 +74,38 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _twin(args: argparse.Namespace) -> int:
+    from roborl.deploy.client import PolicyClient, PolicyUnavailable
+    from roborl.robot.episodes import run_episodes
+    from roborl.robot.twin import TwinRobot, TwinSettings, start_twin
+
+    try:
+        client = PolicyClient(args.server, token=args.token)
+    except PolicyUnavailable as exc:
+        raise UserError(f"{exc} (start one with `roborl serve ARTIFACT`)") from exc
+    env = client.metadata["env"]
+    perturb = {}
+    for item in args.perturb:
+        key, sep, value = item.partition("=")
+        try:
+            perturb[key] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise UserError(f"--perturb '{item}' must look like field=number (e.g. object_mass=1.5 latency_ms=20)")
+    proc, uri = start_twin(TwinSettings(env["id"], env["controller"], env["control_freq"], perturb, args.seed))
+    try:
+        robot = TwinRobot(uri)
+        robot.connect()
+        result = run_episodes(robot, client, args.episodes, args.seed)
+        robot.close()
+    finally:
+        proc.kill()
+        client.close()
+    print(json.dumps(result))
+    return 0
+
+
 def _envs(args: argparse.Namespace) -> int:
     import sim
     import tasks  # noqa: F401
@@ -126,6 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--token", help="require 'Authorization: Bearer TOKEN' (or set ROBORL_SERVER_TOKEN)")
     p.add_argument("--max-batch", type=int, default=1024, help="largest batch of observations per request")
     p.set_defaults(func=_serve)
+    p = sub.add_parser("twin", help="run a served policy on a MuJoCo digital twin of its task, in real time")
+    p.add_argument("server", nargs="?", default="ws://127.0.0.1:8000", help="the policy server's URI")
+    p.add_argument("--token")
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--perturb", nargs="*", default=[], help="e.g. object_mass=1.5 friction=0.5 latency_ms=20 obs_noise=0.01")
+    p.set_defaults(func=_twin)
     p = sub.add_parser("envs", help="list the available environment ids")
     p.set_defaults(func=_envs)
     args = parser.parse_args(argv)

@@ -199,3 +199,22 @@ def test_the_twin_stops_itself_when_commands_stop(twin):
     assert status["stopped"] and status["stop_reason"] == "command_timeout"
     assert status["stop_effective_at"] - silent_from <= 0.5 + 2 * status["control_dt"]
     robot.close()
+
+
+def test_roborl_twin_runs_served_episodes_and_rejects_bad_perturbations(artifact):
+    import json
+
+    from tests.helpers import roborl
+
+    server, uri = start_server(artifact)
+    try:
+        proc = roborl("twin", uri, "--episodes", "2", "--perturb", "object_mass=1.5", "latency_ms=20")
+        assert proc.returncode == 0, proc.stderr
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert result["episodes"] == 2 and result["success"] in (0.0, 0.5, 1.0)
+        assert result["loop"]["steps"] == 2 * 60 and result["loop"]["reason"] == "done"
+        assert result["round_trip_ms"]["p50"] < 25  # a localhost round trip, well under half a period
+        proc = roborl("twin", uri, "--perturb", "latency_ms=80")
+        assert proc.returncode == 2 and "below the control period" in proc.stderr
+    finally:
+        server.kill()

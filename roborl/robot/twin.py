@@ -40,6 +40,18 @@ class TwinSettings:
     window: float = 0.8  # fraction of the period the twin waits for the command of a tick
     command_timeout: float | None = None  # seconds without commands mid-episode before it stops itself (None: 4 periods)
 
+    def randomization(self):
+        """The perturbation as a `Randomization` with every range held at its value (SimError if invalid)."""
+        from sim.errors import SimError
+        from sim.randomization import Randomization
+
+        try:  # obs_noise and camera_pos are single numbers already
+            spec = Randomization(**{k: v if k in ("obs_noise", "camera_pos") else [v, v] for k, v in self.perturb.items()})
+        except TypeError as exc:
+            raise SimError(f"unknown twin perturbation ({exc}); use fields of sim.randomization.Randomization") from exc
+        spec.validate(1.0 / self.control_freq)
+        return spec
+
 
 class Twin:
     """The simulation side: physics thread + a request handler shared by all client connections."""
@@ -47,14 +59,8 @@ class Twin:
     def __init__(self, settings: TwinSettings) -> None:
         import sim
         import tasks  # noqa: F401  (registers the embedded tasks)
-        from sim.randomization import Randomization
-
         self.settings = settings
-        try:  # ranges held at one value; obs_noise and camera_pos are a single number already
-            randomization = Randomization(**{k: v if k in ("obs_noise", "camera_pos") else [v, v]
-                                             for k, v in settings.perturb.items()})
-        except TypeError as exc:
-            raise SystemExit(f"roborl twin: unknown perturbation ({exc}); use fields of sim.randomization.Randomization")
+        randomization = settings.randomization()
         self.env = sim.make(settings.env_id, 1, controller=settings.controller, control_freq=settings.control_freq,
                             episode_length=10**9, seed=settings.seed,
                             randomization=randomization if randomization.enabled else None)
@@ -214,6 +220,7 @@ def serve_twin(settings: TwinSettings, host: str = "127.0.0.1", port: int = 0) -
 
 def start_twin(settings: TwinSettings, timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
     """Launch a twin process; returns it and its websocket URI once it listens."""
+    settings.randomization()  # a bad perturbation fails here, in one line, not in the child
     args = [sys.executable, "-m", "roborl.robot.twin", "--env", settings.env_id, "--controller", settings.controller,
             "--control-freq", str(settings.control_freq), "--seed", str(settings.seed), "--window", str(settings.window)]
     if settings.command_timeout is not None:
