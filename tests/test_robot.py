@@ -55,17 +55,19 @@ def connected(uri: str, seed: int, clocked: bool = True) -> TwinRobot:
     return robot
 
 
-def run_in_thread(loop: ControlLoop, steps: int) -> threading.Thread:
-    thread = threading.Thread(target=loop.run, args=(steps,))
+def interrupt(loop: ControlLoop, robot: TwinRobot, after: int, trigger) -> tuple[float, dict]:
+    """Runs the loop in a thread, calls `trigger()` once it has run `after` steps, waits for the loop to
+    end; (when the trigger was pulled, the twin's status once its stop took effect)."""
+    thread = threading.Thread(target=loop.run, args=(1000,))
     thread.start()
-    return thread
-
-
-def wait_for_steps(loop: ControlLoop, steps: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while loop.report.steps < steps and time.monotonic() < deadline:
+    deadline = time.monotonic() + 20
+    while loop.report.steps < after and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert loop.report.steps >= steps
+    assert loop.report.steps >= after
+    pulled = time.monotonic()
+    trigger()
+    thread.join(10)
+    return pulled, stopped_status(robot)
 
 
 def stopped_status(robot: TwinRobot) -> dict:
@@ -83,12 +85,7 @@ def test_killing_the_server_stops_the_twin_within_two_periods_and_the_rate_holds
     client = PolicyClient(uri)
     robot = connected(twin, seed=1)
     loop = ControlLoop(robot, client_policy(client), client.metadata)
-    thread = run_in_thread(loop, 1000)
-    wait_for_steps(loop, 40)
-    killed_at = time.monotonic()
-    server.kill()
-    thread.join(10)
-    status = stopped_status(robot)
+    killed_at, status = interrupt(loop, robot, 40, server.kill)
     summary = loop.report.summary()
     print(f"\nstop {1000 * (status['stop_effective_at'] - killed_at):.1f} ms after the kill "
           f"(period {1000 * status['control_dt']:.0f} ms); loop {summary}")
@@ -106,13 +103,8 @@ def test_a_hung_server_trips_the_watchdog(twin, artifact):
     client = PolicyClient(uri, timeout=5.0)
     robot = connected(twin, seed=2)
     loop = ControlLoop(robot, client_policy(client), client.metadata)
-    thread = run_in_thread(loop, 1000)
-    wait_for_steps(loop, 20)
-    hung_at = time.monotonic()
-    os.kill(server.pid, signal.SIGSTOP)
     try:
-        thread.join(10)
-        status = stopped_status(robot)
+        hung_at, status = interrupt(loop, robot, 20, lambda: os.kill(server.pid, signal.SIGSTOP))
         assert loop.report.reason == "policy_late" and status["stopped"]
         dt = status["control_dt"]
         assert status["stop_effective_at"] - hung_at <= loop.stop_after + 2 * dt
@@ -127,12 +119,7 @@ def test_estop_from_another_thread_and_the_loops_own_clock(twin):
     metadata = {"env": {"control_dt": 0.05}, "action": {"chunk": 1}, "observation": {"state": {}},
                 "shields": {"specs": []}}
     loop = ControlLoop(robot, lambda obs: np.zeros((1, 4), np.float32), metadata)
-    thread = run_in_thread(loop, 1000)
-    wait_for_steps(loop, 30)
-    pressed = time.monotonic()
-    loop.estop()
-    thread.join(5)
-    status = stopped_status(robot)
+    pressed, status = interrupt(loop, robot, 30, loop.estop)
     assert loop.report.reason == "estop" and status["stopped"]
     assert status["stop_effective_at"] - pressed <= status["control_dt"]
     summary = loop.report.summary()
