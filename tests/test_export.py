@@ -25,13 +25,13 @@ def rollout_states(cfg, steps: int = 12, envs: int = 8) -> dict[str, torch.Tenso
     env = make_env(cfg.env, envs, 3, torch.device("cpu"))
     obs = env.reset(seed=3)
     gen = torch.Generator().manual_seed(0)
-    states = []
+    seen = []
     for _ in range(steps):
-        states.append(obs["state"])
+        seen.append({k: v for k, v in obs.items() if k in ("state", "rgb")})
         shape = (envs, *env.action_space.shape)
         obs, *_ = env.step(torch.rand(shape, generator=gen) * 2 - 1)
     env.close()
-    return {"state": torch.cat(states)}
+    return {k: torch.cat([o[k] for o in seen]) for k in seen[0]}
 
 
 def framework_actions(path, obs) -> torch.Tensor:
@@ -53,21 +53,21 @@ def framework_actions(path, obs) -> torch.Tensor:
     return action
 
 
-@pytest.mark.parametrize("kind", ["gaussian", "diffusion", "flow"])
+@pytest.mark.parametrize("kind", ["gaussian", "diffusion", "flow", "rgb"])
 def test_exported_artifacts_reproduce_the_policy(tmp_path, kind):
     ckpt = write_checkpoint(tmp_path, kind)
     cfg = config_from_dict(Checkpoint(ckpt).config)
-    obs = rollout_states(cfg)
+    obs = rollout_states(cfg, steps=3 if kind == "rgb" else 12)
     expected = framework_actions(ckpt, obs).numpy()
     for fmt in FORMATS:
         meta = export_checkpoint(ckpt, fmt, tmp_path / f"{kind}.{fmt}")
         artifact = Artifact(tmp_path / f"{kind}.{fmt}")
-        out = artifact({"state": obs["state"].numpy()})
+        out = artifact({k: v.numpy() for k, v in obs.items()})
         assert out["action"].shape == expected.shape == (len(obs["state"]), cfg.env.action_chunk, 4)
         assert np.abs(out["action"] - expected).max() <= 1e-5, (kind, fmt)
         scale, offset = np.array(meta["action"]["scale"]), np.array(meta["action"]["offset"])
         np.testing.assert_allclose(out["command"], out["action"] * scale + offset, atol=1e-6)
-        assert meta["observation"]["state"]["shape"] == [obs["state"].shape[1]]
+        assert {k: v["shape"] for k, v in meta["observation"].items()} == {k: list(v.shape[1:]) for k, v in obs.items()}
         assert meta["obs_history"] == cfg.env.obs_history and meta["action"]["chunk"] == cfg.env.action_chunk
     assert np.abs(expected).max() > 0.05  # the comparison is not between two zero outputs
 
