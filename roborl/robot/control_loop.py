@@ -93,7 +93,10 @@ class ControlLoop:
 
     # ---- the loop -------------------------------------------------------------------------------
     def reset(self) -> None:
-        """Start a new episode: clear the observation history, the chunks and the stateful shields."""
+        """Start a new episode (after the robot was reset, e.g. by its operator following a stop): clear
+        the stop, the observation history, the chunks and the stateful shields."""
+        self.stopped.clear()
+        self.report.stopped_at, self.report.reason, self.report.detail = None, "done", ""
         self.history.clear()
         self.ensembler.reset()
         if self.shield is not None:
