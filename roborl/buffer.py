@@ -1,6 +1,8 @@
 """On-device rollout storage and advantage estimation (torch only, T×N tensors)."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from policies.act import Act
@@ -36,10 +38,10 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_v
 class RolloutBuffer:
     """Holds one rollout of T steps for N envs: observations (dict), actions, log-probs (N or N×S, one
     column per denoising step or flow-matching sample), values, rewards, dones, the policy's `extras`
-    (denoising chains, sampled noise); then advantages and returns."""
+    (denoising chains, sampled noise); then advantages and returns (by `gae`, or a compiled `gae`)."""
 
-    def __init__(self, num_steps: int, num_envs: int, device: torch.device) -> None:
-        self.T, self.N, self.device = num_steps, num_envs, device
+    def __init__(self, num_steps: int, num_envs: int, device: torch.device, gae_fn: Callable = gae) -> None:
+        self.T, self.N, self.device, self.gae = num_steps, num_envs, device, gae_fn
         self.obs: dict[str, torch.Tensor] = {}
         self.actions = self.log_probs = self.values = None
         self.extras: dict[str, torch.Tensor] = {}
@@ -78,10 +80,10 @@ class RolloutBuffer:
 
     def finish(self, last_value: torch.Tensor, gamma: float, lam: float,
                last_cost_value: torch.Tensor | None = None) -> None:
-        self.advantages, self.returns = gae(self.rewards, self.values, self.dones, last_value, gamma, lam)
+        self.advantages, self.returns = self.gae(self.rewards, self.values, self.dones, last_value, gamma, lam)
         if self.costs is not None:
-            self.cost_advantages, self.cost_returns = gae(self.costs, self.cost_values, self.dones,
-                                                          last_cost_value, gamma, lam)
+            self.cost_advantages, self.cost_returns = self.gae(self.costs, self.cost_values, self.dones,
+                                                               last_cost_value, gamma, lam)
         self.step = 0
 
     def flat(self) -> dict:

@@ -43,11 +43,14 @@ def make_env(cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> 
         options["episode_length"] = cfg.episode_length
     if cfg.id.startswith("mujoco/"):
         options.update(controller=cfg.controller, control_freq=cfg.control_freq, obs_mode=cfg.obs_mode,
-                       render_size=tuple(cfg.render_size))
+                       render_size=tuple(cfg.render_size), backend=cfg.backend)
         if cfg.randomize.enabled:
             options["randomization"] = cfg.randomize
     elif cfg.randomize.enabled:
         raise UserError(f"env.randomize works on the embedded mujoco/ tasks, not {cfg.id}")
+    elif cfg.backend != "mujoco":
+        raise UserError(f"env.backend '{cfg.backend}' picks the physics of the embedded mujoco/ tasks; "
+                        f"{cfg.id} brings its own simulator (leave env.backend=mujoco)")
     env = sim.make(cfg.id, num_envs, **options)
     if cfg.rm.machine or cfg.rm.ltlf:
         try:

@@ -11,11 +11,13 @@ from roborl.errors import UserError
 
 def _train(args: argparse.Namespace) -> int:
     from roborl.config import load_config
-    from roborl.off_policy import make_trainer
 
     cfg = load_config(args.config, args.overrides)
-    summary = make_trainer(cfg).train()
-    print(json.dumps(summary))
+    from roborl.distributed import train  # after the config is checked: seconds of imports
+
+    summary = train(cfg)
+    if summary is not None:  # None: a learner of rank > 0 under torchrun
+        print(json.dumps(summary))
     return 0
 
 

@@ -49,6 +49,7 @@ class EnvConfig:
     episode_length: int | None = None  # None: the task's default
     obs_mode: str = "state"
     render_size: list[int] = field(default_factory=lambda: [128, 128])
+    backend: str = "mujoco"  # physics of the mujoco/ tasks: mujoco (CPU threads) | warp (MuJoCo Warp, GPU)
     action_chunk: int = 1  # K: one policy decision executes K actions of its chunk (sim/chunking.py)
     obs_history: int = 1  # n: `state` holds the last n states of the episode (sim/history.py)
     rm: RMConfig = field(default_factory=RMConfig)  # a reward machine over the task's labels (roborl/rm)
@@ -190,6 +191,22 @@ class TrainConfig:
     stop_at_success: float | None = None  # end the run once deterministic eval success reaches this
 
 
+DIST_BACKENDS = ("auto", "gloo", "nccl")  # torch.distributed backends of resources.backend
+
+
+@dataclass
+class ResourcesConfig:
+    learners: int = 1  # processes, each stepping env.num_envs / learners envs; gradients averaged (roborl/distributed.py)
+    compile: bool = False  # torch.compile the policy's act in rollouts, GAE and the PPO loss (roborl/compiling.py)
+    backend: str = "auto"  # torch.distributed backend: auto (nccl on CUDA, gloo on CPU) | gloo | nccl
+
+    def __post_init__(self) -> None:
+        if self.learners < 1:
+            raise UserError(f"resources.learners must be at least 1, got {self.learners}")
+        if self.backend not in DIST_BACKENDS:
+            raise UserError(f"resources.backend '{self.backend}' is unknown; available: {', '.join(DIST_BACKENDS)}")
+
+
 @dataclass
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -199,6 +216,21 @@ class Config:
     bc: BCConfig = field(default_factory=BCConfig)
     sac: SACConfig = field(default_factory=SACConfig)
     residual: ResidualConfig = field(default_factory=ResidualConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+
+    def __post_init__(self) -> None:
+        learners = self.resources.learners
+        if learners == 1:
+            return
+        if self.env.num_envs % learners:
+            raise UserError(f"env.num_envs ({self.env.num_envs}) must be divisible by resources.learners ({learners}): "
+                            "each learner steps an equal share of the envs")
+        if self.train.algorithm != "ppo":
+            raise UserError(f"resources.learners > 1 trains with ppo; train.algorithm {self.train.algorithm} runs "
+                            "in one process (resources.learners=1)")
+        if self.algo.cost_limit is not None:
+            raise UserError("resources.learners > 1 does not support algo.cost_limit (PPO-Lagrangian) yet; "
+                            "use resources.learners=1")
 
 
 def _type_name(tp: Any) -> str:

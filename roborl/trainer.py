@@ -13,9 +13,10 @@ import yaml
 
 from roborl.algos.lagrangian import PIDLagrangian
 from roborl.algos.ppo import PPO
-from roborl.buffer import RolloutBuffer, bootstrap_timeouts
+from roborl.buffer import RolloutBuffer, bootstrap_timeouts, gae
 from roborl.builder import build, load_pretrained, make_run_env, resolve_device
 from roborl.checkpoint import Checkpoint, save_checkpoint
+from roborl.compiling import maybe_compile
 from roborl.config import Config, config_to_dict
 from roborl.errors import UserError
 from roborl.evaluate import evaluate
@@ -41,13 +42,18 @@ def new_run_dir(cfg: Config, default_name: str, hint: str = "choose another trai
 
 
 class Trainer:
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: Config, shard: Config | None = None) -> None:
+        """`cfg` is the run's config, saved with it; `shard`, where given, what this process trains with:
+        one learner's share of the envs and its own seeds (roborl/distributed.py)."""
+        self.run_cfg = cfg
+        self.cfg = cfg = shard or cfg
         resume = Checkpoint(cfg.train.resume) if cfg.train.resume else None
         self.device = resolve_device(cfg.train.device)
         torch.set_num_threads(cfg.train.threads or max(1, (os.cpu_count() or 1) // 2))
         torch.manual_seed(cfg.train.seed)
         self.env, self.policy = build(cfg, self.device)
+        self.act = maybe_compile(self.policy.act, cfg.resources.compile)  # in rollouts only
+        self.gae = maybe_compile(gae, cfg.resources.compile)
         self.algo = self.make_algo()
         self.env_steps = 0
         self.iteration = 0
@@ -68,15 +74,13 @@ class Trainer:
             if getattr(self, "lagrangian", None) and "lagrangian" in st:
                 self.lagrangian.load(st["lagrangian"])
                 self.algo.lagrange = self.lagrangian.value
-            self.run_dir = Path(st["run_dir"])
+            run_dir = Path(st["run_dir"])
             torch.manual_seed(cfg.train.seed + self.iteration)
         else:
             if cfg.policy.init:
                 load_pretrained(self.policy, cfg.policy.init)
-            self.run_dir = new_run_dir(cfg, cfg.env.id.replace("/", "_"), "choose another train.name or continue "
-                                       "it with resume={run_dir}/checkpoints/last.safetensors")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+            run_dir = None
+        self.run_dir = self.open_run_dir(run_dir)
         self.eval_env = None
         self.train_violations = 0.0
         self.buffer: RolloutBuffer | None = None
@@ -85,7 +89,29 @@ class Trainer:
         a = self.cfg.algo
         self.lagrangian = PIDLagrangian(a.cost_limit, a.lagrange_ki, a.lagrange_kp, a.lagrange_kd) \
             if a.cost_limit is not None else None
-        return PPO(self.policy, a)
+        return PPO(self.policy, a, compile=self.cfg.resources.compile)
+
+    # ---- what only one process does, or all agree on (roborl/distributed.py: rank 0 of several) ----
+    def open_run_dir(self, resumed: Path | None) -> Path:
+        """The directory of a resumed run, or a new one; with the run's config.yaml."""
+        run_dir = resumed or new_run_dir(self.cfg, self.cfg.env.id.replace("/", "_"), "choose another train.name "
+                                         "or continue it with resume={run_dir}/checkpoints/last.safetensors")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(self.run_cfg), sort_keys=False))
+        return run_dir
+
+    def make_logger(self, total_steps: int) -> Logger:
+        return Logger(self.run_dir, total_steps, self.env_steps, self.cfg.train.progress)
+
+    def write_summary(self, summary: dict) -> None:
+        write_json(self.run_dir / "summary.json", summary)
+
+    def agree(self, stop: bool) -> bool:
+        """Whether to stop after this iteration (with several learners, rank 0 decides for all)."""
+        return stop
+
+    def update_normalizer(self, obs: dict) -> None:
+        self.policy.update_normalizer(obs)
 
     # ---- state ---------------------------------------------------------------------------------
     def trainer_state(self, wall: float) -> dict:
@@ -96,7 +122,7 @@ class Trainer:
 
     def save(self, name: str, wall: float) -> Path:
         path = self.run_dir / "checkpoints" / f"{name}.safetensors"
-        save_checkpoint(path, self.policy, self.algo.optimizer, config_to_dict(self.cfg), self.trainer_state(wall))
+        save_checkpoint(path, self.policy, self.algo.optimizer, config_to_dict(self.run_cfg), self.trainer_state(wall))
         return path
 
     def run_eval(self, wall: float) -> dict[str, float]:
@@ -133,15 +159,15 @@ class Trainer:
     def train(self) -> dict:
         """Iterations of `iterate` (collect + update), each followed by logging, evaluation, checkpoints."""
         cfg, t = self.cfg, self.cfg.train
-        steps_per_iter = self.env.num_envs * t.rollout_steps * cfg.env.action_chunk  # control steps
+        steps_per_iter = self.run_cfg.env.num_envs * t.rollout_steps * cfg.env.action_chunk  # all learners' control steps
         total_iters = math.ceil(t.total_steps / steps_per_iter)
-        logger = Logger(self.run_dir, total_iters * steps_per_iter, self.env_steps, t.progress)
+        logger = self.make_logger(total_iters * steps_per_iter)
         self.generator = torch.Generator().manual_seed(t.seed + self.iteration)
         start = time.time()
         wall = self.wall_time_prev
         self.obs = self.env.reset(seed=t.seed + self.iteration)
         if self.iteration == 0:
-            self.policy.update_normalizer(self.obs)
+            self.update_normalizer(self.obs)
             if (cfg.policy.init or cfg.policy.kind == "residual") and t.eval_at_start:
                 result = self.run_eval(wall)
                 logger.scalars("eval", result, self.env_steps)
@@ -161,11 +187,11 @@ class Trainer:
                 if rollout:
                     logger.scalars("rollout", rollout, self.env_steps)
                 postfix = {"sps": sps, "ret": rollout.get("return", 0.0)}
-                last = self.iteration == total_iters or (t.max_minutes and wall > 60 * t.max_minutes)
+                last = self.agree(self.iteration == total_iters or bool(t.max_minutes and wall > 60 * t.max_minutes))
                 if self.iteration % t.eval_every == 0 or last:
                     result = self.run_eval(wall)
                     logger.scalars("eval", result, self.env_steps)
-                    write_json(self.run_dir / "summary.json", self.summary(wall))
+                    self.write_summary(self.summary(wall))
                     logger.bar.write(f"[{self.env_steps} steps, {wall:.0f}s] eval success {result['success_rate']:.3f} "
                                      f"(once {result['success_once']:.3f}) return {result['mean_return']:.2f}")
                     if t.stop_at_success is not None and result["success_rate"] >= t.stop_at_success:
@@ -184,7 +210,7 @@ class Trainer:
         finally:
             logger.close()
         summary = self.summary(wall)
-        write_json(self.run_dir / "summary.json", summary)
+        self.write_summary(summary)
         self.env.close()
         if self.eval_env is not None:
             self.eval_env.close()
@@ -211,7 +237,7 @@ class Trainer:
         """One PPO iteration: a rollout of T steps, GAE with bootstrapped time-outs, the update."""
         cfg = self.cfg
         if self.buffer is None:
-            self.buffer = RolloutBuffer(cfg.train.rollout_steps, self.env.num_envs, self.device)
+            self.buffer = RolloutBuffer(cfg.train.rollout_steps, self.env.num_envs, self.device, self.gae)
         buffer = self.buffer
         if cfg.algo.anneal_lr:
             self.algo.set_lr(cfg.algo.lr * (1 - self.iteration / total_iters))
@@ -220,7 +246,7 @@ class Trainer:
         safe = self.lagrangian is not None
         with torch.no_grad():
             for _ in range(cfg.train.rollout_steps):
-                act = self.policy.act(obs)
+                act = self.act(obs)
                 cost_value = self.policy.cost_value(obs) if safe else None
                 next_obs, reward, term, trunc, info = self.env.step(act.action)
                 cost = info.get("cost")
@@ -241,6 +267,6 @@ class Trainer:
         self.obs = obs
         collect_time = time.time() - collect_start
         stats = self.algo.update(buffer, self.generator, train_actor=self.iteration >= cfg.algo.critic_warmup)
-        self.policy.update_normalizer(buffer.obs)
+        self.update_normalizer(buffer.obs)
         stats["collect_sps"] = buffer.T * buffer.N * cfg.env.action_chunk / collect_time
         return stats

@@ -31,5 +31,5 @@ fi
 torch_version=$(.venv/bin/python -c "import torch; print(torch.__version__.split('+')[0])")
 mkdir -p .venv/roborl
 echo "torch==${torch_version}" > .venv/roborl/constraints.txt
-"${PIP[@]}" install -c .venv/roborl/constraints.txt -e ".[test,bench]"
+"${PIP[@]}" install -c .venv/roborl/constraints.txt -e ".[test,bench,warp]"
 echo "roborl installed in .venv (torch ${torch_version}); try: .venv/bin/roborl train configs/ppo_reach.yaml"

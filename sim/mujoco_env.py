@@ -3,6 +3,7 @@
 The physics state of all N worlds lives in one float64 array (MuJoCo's full-physics state vector per
 row); torch views of it give tasks `qpos` / `qvel` without copies. One control step is one
 `rollout` call of `substeps` physics steps for all worlds at once, so no Python loop runs over envs.
+`backend="warp"` steps the same state rows with MuJoCo Warp instead (sim/warp_physics.py).
 """
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ from mujoco import rollout
 from sim.errors import SimError
 from sim.randomization import ModelRandomizer, Randomization
 from sim.vec_env import Obs, VecEnv
+from sim.warp_physics import WarpPhysics
 
 FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
+BACKENDS = ("mujoco", "warp")  # mujoco.rollout on CPU threads | mujoco_warp (GPU, or slowly on CPU)
 
 
 class MujocoVecEnv(VecEnv):
@@ -28,7 +31,8 @@ class MujocoVecEnv(VecEnv):
 
     Subclasses implement `_reset_idx`, `_action_to_ctrl`, `_state_obs` and `_evaluate`; the
     base class owns physics, time limits, auto-reset, episode statistics, seeding, rendering and
-    domain randomization (`randomization`, see sim/randomization.py).
+    domain randomization (`randomization`, see sim/randomization.py). `backend` picks the physics
+    engine (BACKENDS); tasks see the same float64 state either way.
     """
 
     action_dim_: int = 0
@@ -48,7 +52,13 @@ class MujocoVecEnv(VecEnv):
         render_size: tuple[int, int] = (128, 128),
         camera: str = "front",
         randomization: Randomization | None = None,
+        backend: str = "mujoco",
     ) -> None:
+        if backend not in BACKENDS:
+            raise SimError(f"unknown physics backend '{backend}'; available: {', '.join(BACKENDS)}")
+        if backend == "warp" and randomization is not None and randomization.physical:
+            raise SimError("physical domain randomization (object_mass, friction, damping, actuator_gain) is not "
+                           "supported yet with backend 'warp'; latency, delay and noise ranges are")
         if obs_mode not in ("state", "rgb"):
             raise SimError(f"obs_mode must be 'state' or 'rgb', got '{obs_mode}'")
         if num_envs < 1:
@@ -64,9 +74,11 @@ class MujocoVecEnv(VecEnv):
         self.camera = camera
         nthread = nthread or min(os.cpu_count() or 1, num_envs)
         self.nthread = nthread
+        self.backend = backend
         self._datas = [mujoco.MjData(self.model) for _ in range(nthread)]
         self._models = [self.model] * num_envs
-        self._pool = rollout.Rollout(nthread=nthread)
+        self._pool = rollout.Rollout(nthread=nthread) if backend == "mujoco" else None
+        self._warp = WarpPhysics(self.model, num_envs, substeps) if backend == "warp" else None
         self._renderer = None
 
         nq, nv, nu = self.model.nq, self.model.nv, self.model.nu
@@ -151,9 +163,12 @@ class MujocoVecEnv(VecEnv):
         else:
             self.randomizer.controls(action, self._action_to_ctrl, self._ctrl)
         time_before = self.state[:, 0].copy()
-        self._pool.rollout(self._models, self._datas, self.state, self._ctrl, skip_checks=True,
-                           nstep=self.substeps, state=self._out, sensordata=self._sensors)
-        np.copyto(self.state, self._out[:, -1])
+        if self._warp is not None:
+            self._warp.step(self.state, self._ctrl)
+        else:
+            self._pool.rollout(self._models, self._datas, self.state, self._ctrl, skip_checks=True,
+                               nstep=self.substeps, state=self._out, sensordata=self._sensors)
+            np.copyto(self.state, self._out[:, -1])
         # MuJoCo resets a diverging world to its defaults (time 0) or leaves NaNs: either way, end that
         # episode without a reward instead of training on garbage
         expected = time_before + self.control_dt
@@ -207,7 +222,8 @@ class MujocoVecEnv(VecEnv):
         return self._renderer.render(self.state[ids], markers, **overrides)
 
     def close(self) -> None:
-        self._pool.close()
+        if self._pool is not None:
+            self._pool.close()
         if self._renderer is not None:
             self._renderer.close()
             self._renderer = None

@@ -12,11 +12,17 @@ from torch import nn
 
 from policies.act import Act
 from roborl.buffer import RolloutBuffer
+from roborl.compiling import maybe_compile
 from roborl.config import PPOConfig
 
 
+def take(data: dict, idx: torch.Tensor) -> dict:
+    """The rows `idx` of every tensor in `data` (a `RolloutBuffer.flat()`, nested dicts included)."""
+    return {k: take(v, idx) if isinstance(v, dict) else v[idx] for k, v in data.items()}
+
+
 class PPO:
-    def __init__(self, policy: nn.Module, cfg: PPOConfig) -> None:
+    def __init__(self, policy: nn.Module, cfg: PPOConfig, compile: bool = False) -> None:
         self.policy = policy
         self.cfg = cfg
         self.lr = cfg.lr
@@ -30,6 +36,7 @@ class PPO:
             self.optimizer = torch.optim.Adam(params, lr=cfg.lr, eps=1e-5)
         self.params = params
         self.lagrange = 0.0  # λ of PPO-Lagrangian, set by the trainer
+        self.loss_fn = maybe_compile(self.loss, compile)
 
     def column_terms(self, log_ratio: torch.Tensor, adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | float]:
         """Advantages and clip ranges shaped like `log_ratio` (B or B×S)."""
@@ -43,6 +50,63 @@ class PPO:
         weights = getattr(self.policy, "advantage_weights", lambda: None)()
         adv = adv[:, None].expand_as(log_ratio)
         return (adv * weights.to(adv.device) if weights is not None else adv), clip
+
+    # ---- what learners share: roborl/distributed.py overrides these three for several processes ----
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        """The mean of `x` over the whole minibatch."""
+        return x.mean()
+
+    def normalize_advantages(self, adv: torch.Tensor) -> torch.Tensor:
+        return (adv - adv.mean()) / (adv.std() + 1e-8)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    # ---- the loss ------------------------------------------------------------------------------
+    def minibatch_loss(self, mb: dict, train_actor: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The PPO loss of a minibatch (rows of `buffer.flat()`, see `take`) and its terms, for the logs."""
+        adv = mb["advantages"]
+        if self.cfg.norm_adv:
+            adv = self.normalize_advantages(adv)
+        if "cost_advantages" in mb:  # PPO-Lagrangian: maximize A_r − λ·A_c, scaled by 1/(1 + λ)
+            cost_adv = mb["cost_advantages"]
+            cost_adv = cost_adv - self.mean(cost_adv)
+            adv = (adv - self.lagrange * cost_adv) / (1 + self.lagrange)
+        return self.loss_fn(mb, adv, train_actor)
+
+    def loss(self, mb: dict, adv: torch.Tensor, train_actor: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """`minibatch_loss` once the advantages are final: it reads this process's rows alone, so that
+        torch.compile can take it whole (forward and backward)."""
+        cfg = self.cfg
+        obs = mb["obs"]
+        act = Act(mb["actions"], mb["log_probs"], extras=mb["extras"])
+        log_prob, entropy, value = self.policy.evaluate(obs, act)
+        log_ratio = log_prob - mb["log_probs"]
+        ratio = log_ratio.exp()
+        adv, clip = self.column_terms(log_ratio, adv)
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - log_ratio).mean()
+            clip_frac = ((ratio - 1).abs() > clip).float().mean()
+        policy_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - clip, 1 + clip)).mean()
+        ret, old_v = mb["returns"], mb["values"]
+        if cfg.clip_value_loss:
+            vclip = cfg.clip if cfg.value_clip is None else cfg.value_clip
+            v_clipped = old_v + (value - old_v).clamp(-vclip, vclip)
+            value_loss = 0.5 * torch.max((value - ret).square(), (v_clipped - ret).square()).mean()
+        else:
+            value_loss = 0.5 * (value - ret).square().mean()
+        terms = {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy.mean(),
+                 "approx_kl": approx_kl, "clip_frac": clip_frac}
+        loss = cfg.vf_coef * value_loss
+        if "cost_returns" in mb:
+            terms["cost_value_loss"] = 0.5 * (self.policy.cost_value(obs) - mb["cost_returns"]).square().mean()
+            loss = loss + cfg.vf_coef * terms["cost_value_loss"]
+        if train_actor:
+            loss = loss + policy_loss - cfg.ent_coef * entropy.mean()
+            if cfg.bc_coef > 0:
+                terms["bc_loss"] = self.policy.bc_regularizer(obs, act)
+                loss = loss + cfg.bc_coef * terms["bc_loss"]
+        return loss, terms
 
     def update(self, buffer: RolloutBuffer, generator: torch.Generator | None = None,
                train_actor: bool = True) -> dict[str, float]:
@@ -59,50 +123,14 @@ class PPO:
         for _ in range(cfg.epochs):
             perm = torch.randperm(n, generator=generator).to(data["advantages"].device)
             for start in range(0, n - mb_size + 1, mb_size):
-                idx = perm[start:start + mb_size]
-                obs = {k: v[idx] for k, v in data["obs"].items()}
-                act = Act(data["actions"][idx], data["log_probs"][idx],
-                          extras={k: v[idx] for k, v in data["extras"].items()})
-                log_prob, entropy, value = self.policy.evaluate(obs, act)
-                log_ratio = log_prob - data["log_probs"][idx]
-                ratio = log_ratio.exp()
-                adv = data["advantages"][idx]
-                if cfg.norm_adv:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                if "cost_advantages" in data:  # PPO-Lagrangian: maximize A_r − λ·A_c, scaled by 1/(1 + λ)
-                    cost_adv = data["cost_advantages"][idx]
-                    cost_adv = cost_adv - cost_adv.mean()
-                    adv = (adv - self.lagrange * cost_adv) / (1 + self.lagrange)
-                adv, clip = self.column_terms(log_ratio, adv)
-                with torch.no_grad():
-                    approx_kl = ((ratio - 1) - log_ratio).mean()
-                    clip_frac = ((ratio - 1).abs() > clip).float().mean()
-                policy_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - clip, 1 + clip)).mean()
-                ret, old_v = data["returns"][idx], data["values"][idx]
-                if cfg.clip_value_loss:
-                    vclip = cfg.clip if cfg.value_clip is None else cfg.value_clip
-                    v_clipped = old_v + (value - old_v).clamp(-vclip, vclip)
-                    value_loss = 0.5 * torch.max((value - ret).square(), (v_clipped - ret).square()).mean()
-                else:
-                    value_loss = 0.5 * (value - ret).square().mean()
-                loss = cfg.vf_coef * value_loss
-                if "cost_returns" in data:
-                    cost_value_loss = 0.5 * (self.policy.cost_value(obs) - data["cost_returns"][idx]).square().mean()
-                    loss = loss + cfg.vf_coef * cost_value_loss
-                    stats.setdefault("cost_value_loss", []).append(cost_value_loss.item())
-                if train_actor:
-                    loss = loss + policy_loss - cfg.ent_coef * entropy.mean()
-                    if cfg.bc_coef > 0:
-                        bc = self.policy.bc_regularizer(obs, act)
-                        loss = loss + cfg.bc_coef * bc
-                        stats["bc_loss"].append(bc.item())
+                loss, terms = self.minibatch_loss(take(data, perm[start:start + mb_size]), train_actor)
                 self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                self.backward(loss)
                 nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
                 self.optimizer.step()
-                for k, v in (("policy_loss", policy_loss), ("value_loss", value_loss), ("entropy", entropy.mean()),
-                             ("approx_kl", approx_kl), ("clip_frac", clip_frac)):
-                    stats[k].append(v.item())
+                terms["approx_kl"] = approx_kl = self.mean(terms["approx_kl"])  # all learners stop together
+                for k, v in terms.items():
+                    stats.setdefault(k, []).append(v.item())
                 if cfg.adaptive_lr and train_actor:
                     self._adapt_lr(float(approx_kl))
                 if train_actor and cfg.target_kl is not None and approx_kl > cfg.target_kl:

@@ -1,0 +1,130 @@
+"""Several learner processes (resources.learners) and torch.compile of the hot paths (resources.compile)."""
+import copy
+import json
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import yaml
+
+from helpers import ROOT, roborl
+from policies import GaussianActorCritic
+from roborl import compiling
+from roborl.algos.ppo import PPO, take
+from roborl.buffer import RolloutBuffer, gae
+from roborl.compiling import maybe_compile
+from roborl.config import PPOConfig
+from roborl.distributed import DistributedPPO, free_port
+
+REACH = str(ROOT / "configs" / "ppo_reach.yaml")
+
+
+def rollout_batch() -> tuple[GaussianActorCritic, dict]:
+    """A policy and a flat batch of 2 × 16 rows whose halves differ (so that per-half advantage
+    statistics would give other gradients), collected by an earlier version of the policy."""
+    torch.manual_seed(0)
+    policy = GaussianActorCritic(5, 2, [16, 16])
+    buf = RolloutBuffer(8, 4, torch.device("cpu"))
+    for t in range(8):
+        obs = {"state": torch.randn(4, 5) + torch.tensor([0.0, 0.0, 3.0, 3.0])[:, None]}
+        with torch.no_grad():
+            act = policy.act(obs)
+        buf.add(obs, act, torch.randn(4) + torch.arange(4.0), torch.rand(4) < 0.2)
+    buf.finish(torch.randn(4), 0.9, 0.95)
+    policy.update_normalizer(buf.obs)
+    with torch.no_grad():  # the policy moved since: ratios leave the clip range
+        for p in policy.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    data = buf.flat()
+    order = torch.argsort(torch.arange(32) % 4, stable=True)  # envs 0-1 first, then envs 2-3
+    return policy, take(data, order)
+
+
+def gradients(ppo: PPO, mb: dict) -> list[torch.Tensor]:
+    ppo.optimizer.zero_grad()
+    loss, _ = ppo.minibatch_loss(mb)
+    ppo.backward(loss)
+    return [p.grad.clone() for p in ppo.params]
+
+
+def learner(rank: int, port: int) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        policy, data = rollout_batch()
+        cfg = PPOConfig(clip=0.1)
+        single = gradients(PPO(copy.deepcopy(policy), cfg), data)
+        shared = gradients(DistributedPPO(policy, cfg), take(data, torch.arange(16 * rank, 16 * (rank + 1))))
+        for a, b in zip(shared, single):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+        alone = gradients(PPO(copy.deepcopy(policy), cfg), take(data, torch.arange(16 * rank, 16 * (rank + 1))))
+        assert not all(torch.allclose(a, b, atol=1e-4) for a, b in zip(alone, single))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_learners_average_to_the_gradient_of_the_whole_batch():
+    """Each learner's PPO loss on its half, all-reduced, is the single-process gradient of the full
+    batch (advantages normalized over both halves); one half alone is not."""
+    mp.start_processes(learner, (free_port(),), nprocs=2, start_method="spawn")
+
+
+def test_compiled_gae_and_act_equal_eager():
+    torch.manual_seed(0)
+    rewards, values, last = torch.randn(6, 5), torch.randn(6, 5), torch.randn(5)
+    dones = torch.rand(6, 5) < 0.3
+    compiled_gae = maybe_compile(gae, True)
+    expected = gae(rewards, values, dones, last, 0.9, 0.95)
+    for got, want in zip(compiled_gae(rewards, values, dones, last, 0.9, 0.95), expected):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+    policy = GaussianActorCritic(5, 2, [16, 16])
+    act = maybe_compile(policy.act, True)
+    obs = {"state": torch.randn(7, 5)}
+    for _ in range(2):  # the second time with other normalizer statistics: read, not baked in
+        with torch.no_grad():
+            torch.manual_seed(1)
+            got = act(obs)
+            torch.manual_seed(1)
+            want = policy.act(obs)
+        for a, b in ((got.action, want.action), (got.log_prob, want.log_prob), (got.value, want.value)):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+        policy.update_normalizer({"state": 5 * torch.randn(64, 5) + 2})
+    assert not compiling._failure, compiling._failure
+
+
+def test_a_failing_compiler_falls_back_with_one_warning(monkeypatch, capsys):
+    monkeypatch.setattr(compiling, "_failure", [])
+
+    def broken_backend(graph, example_inputs):
+        raise RuntimeError("no compiler here\nsecond line")
+
+    double = maybe_compile(lambda x: 2 * x, True, backend=broken_backend)
+    triple = maybe_compile(lambda x: 3 * x, True, backend=broken_backend)
+    assert double(torch.ones(2)).tolist() == [2.0, 2.0] and triple(torch.ones(2)).tolist() == [3.0, 3.0]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "torch.compile failed" in err[0] and "no compiler here" in err[0], err
+
+
+def test_train_with_two_learners_through_the_cli(tmp_path):
+    proc = roborl("train", REACH, f"train.run_dir={tmp_path}", "train.name=two", "resources.learners=2",
+                  "env.num_envs=8", "train.rollout_steps=10", "train.total_steps=320", "train.eval_every=2",
+                  "train.eval_episodes=2", "train.eval_envs=2", "train.video=false", "train.progress=false")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary == json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert summary["env_steps"] == 320 and summary["iterations"] == 4
+    saved = yaml.safe_load((tmp_path / "two" / "config.yaml").read_text())
+    assert saved["env"]["num_envs"] == 8 and saved["resources"]["learners"] == 2  # the run's, not a learner's
+    assert (tmp_path / "two" / "checkpoints" / "last.safetensors").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["two"]
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["resources.learners=0"], "resources.learners must be at least 1, got 0"),
+    (["resources.learners=3", "env.num_envs=8"], "env.num_envs (8) must be divisible by resources.learners (3)"),
+])
+def test_bad_learner_counts_are_one_line_errors(overrides, message):
+    proc = roborl("train", REACH, *overrides)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"roborl: error: {message}"), proc.stderr
