@@ -31,7 +31,6 @@ from roborl.evaluate import evaluate
 from roborl.off_policy import make_trainer
 from roborl.robot.episodes import run_episodes
 from roborl.robot.twin import TwinRobot, TwinSettings, start_twin
-from sim.randomization import Randomization
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = {"push_nodr": "ppo_push", "push_dr": "ppo_push_dr"}
@@ -39,15 +38,11 @@ PERTURBED = {"object_mass": 1.5, "friction": 0.5, "latency_ms": 20.0}
 TWINS = {"perturbed": PERTURBED, "perturbed+noise": {**PERTURBED, "obs_noise": 0.005}}
 
 
-def as_randomization(perturb: dict[str, float]) -> Randomization:
-    return Randomization(**{k: v if k == "obs_noise" else [v, v] for k, v in perturb.items()})
-
-
 def sim_success(checkpoint: Path, perturb: dict[str, float], episodes: int) -> float:
     """Deterministic success of the policy in the batched simulator with the perturbation held fixed."""
     ckpt = Checkpoint(checkpoint)
     cfg = config_from_dict(ckpt.config)
-    cfg.env.num_envs, cfg.env.randomize = 50, as_randomization(perturb)
+    cfg.env.num_envs, cfg.env.randomize = 50, TwinSettings(perturb=perturb).randomization()
     env, policy = build(cfg, torch.device("cpu"))
     ckpt.load_policy(policy)
     try:

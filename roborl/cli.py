@@ -79,22 +79,17 @@ def _serve(args: argparse.Namespace) -> int:
 def _twin(args: argparse.Namespace) -> int:
     from roborl.deploy.client import PolicyClient, PolicyUnavailable
     from roborl.robot.episodes import run_episodes
-    from roborl.robot.twin import TwinRobot, TwinSettings, start_twin
+    from roborl.robot.twin import TwinRobot, TwinSettings, parse_perturb, start_twin
 
     try:
         client = PolicyClient(args.server, token=args.token)
     except PolicyUnavailable as exc:
         raise UserError(f"{exc} (start one with `roborl serve ARTIFACT`)") from exc
     env = client.metadata["env"]
-    perturb = {}
-    for item in args.perturb:
-        key, sep, value = item.partition("=")
-        try:
-            perturb[key] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep:
-            raise UserError(f"--perturb '{item}' must look like field=number (e.g. object_mass=1.5 latency_ms=20)")
+    try:
+        perturb = parse_perturb(args.perturb)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
     proc, uri = start_twin(TwinSettings(env["id"], env["controller"], env["control_freq"], perturb, args.seed))
     try:
         robot = TwinRobot(uri)

@@ -53,6 +53,20 @@ class TwinSettings:
         return spec
 
 
+def parse_perturb(items: list[str]) -> dict[str, float]:
+    """`["object_mass=1.5", "latency_ms=20"]` -> {"object_mass": 1.5, "latency_ms": 20.0}; ValueError names a bad item."""
+    perturb = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        try:
+            perturb[key] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not key:
+            raise ValueError(f"--perturb '{item}' must look like field=number (e.g. object_mass=1.5 latency_ms=20)")
+    return perturb
+
+
 class Twin:
     """The simulation side: physics thread + a request handler shared by all client connections."""
 
@@ -307,10 +321,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     args = p.parse_args(argv)
-    perturb = {}
-    for item in args.perturb:
-        key, _, value = item.partition("=")
-        perturb[key] = float(value)
+    try:
+        perturb = parse_perturb(args.perturb)
+    except ValueError as exc:
+        p.error(str(exc))
     settings = TwinSettings(args.env, args.controller, args.control_freq, perturb, args.seed, args.window,
                             args.command_timeout)
     serve_twin(settings, args.host, args.port)
