@@ -49,6 +49,7 @@ class RolloutBuffer:
         self.dones = torch.zeros(num_steps, num_envs, dtype=torch.bool, device=device)
         self.costs: torch.Tensor | None = None  # safety costs and their values (PPO-Lagrangian)
         self.cost_values: torch.Tensor | None = None
+        self.behaviour_weights: torch.Tensor | None = None  # off-policy rows' π_learner/π_behaviour (truncated)
         self.step = 0
 
     def add(self, obs: dict, act: Act, reward: torch.Tensor, done: torch.Tensor,
@@ -78,6 +79,23 @@ class RolloutBuffer:
         self.dones[t] = done
         self.step += 1
 
+    @classmethod
+    def concat_envs(cls, parts: list[dict], device: torch.device, gae_fn: Callable = gae) -> "RolloutBuffer":
+        """The rollouts of several workers (dicts of T×n tensors, as `roborl.ray_workers.EnvWorker.rollout`
+        returns them) as one buffer of T×(n₁ + n₂ + ...)."""
+        def cat(key: str) -> torch.Tensor:
+            return torch.cat([p[key] for p in parts], dim=1).to(device)
+
+        T = parts[0]["rewards"].shape[0]
+        buffer = cls(T, sum(p["rewards"].shape[1] for p in parts), device, gae_fn)
+        buffer.obs = {k: torch.cat([p["obs"][k] for p in parts], dim=1).to(device) for k in parts[0]["obs"]}
+        buffer.extras = {k: torch.cat([p["extras"][k] for p in parts], dim=1).to(device) for k in parts[0]["extras"]}
+        buffer.actions, buffer.log_probs, buffer.values = cat("actions"), cat("log_probs"), cat("values")
+        buffer.rewards, buffer.dones = cat("rewards"), cat("dones")
+        if parts[0]["costs"] is not None:
+            buffer.costs, buffer.cost_values = cat("costs"), cat("cost_values")
+        return buffer
+
     def finish(self, last_value: torch.Tensor, gamma: float, lam: float,
                last_cost_value: torch.Tensor | None = None) -> None:
         self.advantages, self.returns = self.gae(self.rewards, self.values, self.dones, last_value, gamma, lam)
@@ -86,15 +104,23 @@ class RolloutBuffer:
                                                                last_cost_value, gamma, lam)
         self.step = 0
 
-    def flat(self) -> dict:
-        """Everything flattened to (T·N, ...) for minibatching."""
+    def flat_inputs(self) -> dict:
+        """What the policy saw and did, flattened to (T·N, ...): obs, actions, log-probs, extras."""
         n = self.T * self.N
         return {
             "obs": {k: v.reshape(n, *v.shape[2:]) for k, v in self.obs.items()},
             "actions": self.actions.reshape(n, *self.actions.shape[2:]),
-            "log_probs": self.log_probs.reshape(n, *self.log_probs.shape[2:]), "values": self.values.reshape(n),
+            "log_probs": self.log_probs.reshape(n, *self.log_probs.shape[2:]),
             "extras": {k: v.reshape(n, *v.shape[2:]) for k, v in self.extras.items()},
+        }
+
+    def flat(self) -> dict:
+        """Everything flattened to (T·N, ...) for minibatching."""
+        n = self.T * self.N
+        return {
+            **self.flat_inputs(), "values": self.values.reshape(n),
             "advantages": self.advantages.reshape(n), "returns": self.returns.reshape(n),
             **({"cost_advantages": self.cost_advantages.reshape(n), "cost_returns": self.cost_returns.reshape(n)}
                if self.costs is not None else {}),
+            **({"behaviour_weights": self.behaviour_weights.reshape(n)} if self.behaviour_weights is not None else {}),
         }

@@ -233,8 +233,9 @@ def load_pretrained(policy: nn.Module, path: str) -> None:
         policy.start_finetuning()
 
 
-def build(cfg: Config, device: torch.device) -> tuple[sim.VecEnv, nn.Module]:
-    env = make_run_env(cfg, cfg.env.num_envs, cfg.train.seed, device)
+def build(cfg: Config, device: torch.device, env: sim.VecEnv | None = None) -> tuple[sim.VecEnv, nn.Module]:
+    """The run's envs (`env`, or `env.num_envs` of them made here) and a new policy that fits them."""
+    env = env or make_run_env(cfg, cfg.env.num_envs, cfg.train.seed, device)
     if cfg.algo.cost_limit is not None and cfg.policy.kind != "gaussian":
         raise UserError("algo.cost_limit (PPO-Lagrangian) needs policy.kind gaussian (the policy with a cost critic)")
     policy = make_policy(cfg.policy, env, cfg.env.action_chunk, cfg.residual, state_std=cfg.train.algorithm == "sac",

@@ -192,6 +192,7 @@ class TrainConfig:
 
 
 DIST_BACKENDS = ("auto", "gloo", "nccl")  # torch.distributed backends of resources.backend
+INFERENCE_PLACEMENTS = ("collocated", "learner")  # where rollout inference runs with Ray env workers
 
 
 @dataclass
@@ -199,12 +200,34 @@ class ResourcesConfig:
     learners: int = 1  # processes, each stepping env.num_envs / learners envs; gradients averaged (roborl/distributed.py)
     compile: bool = False  # torch.compile the policy's act in rollouts, GAE and the PPO loss (roborl/compiling.py)
     backend: str = "auto"  # torch.distributed backend: auto (nccl on CUDA, gloo on CPU) | gloo | nccl
+    # Ray env workers (roborl/ray_workers.py): 0 steps the envs in the learner's process
+    env_workers: int = 0  # Ray actors, each stepping env.num_envs / env_workers envs
+    inference: str = "collocated"  # collocated: each env worker acts with its copy of the policy | learner: the
+    # learner acts on every step's gathered observations (disaggregated; one round trip per step)
+    async_rollouts: bool = False  # workers collect the next rollouts while the learner updates (collocated only)
+    max_staleness: int = 1  # async: rollouts in flight per worker, so a rollout lags the learner by <= this
+    is_clip: float = 1.0  # async: truncation of the importance weight π_learner/π_behaviour (V-trace's ρ̄)
+    device: str | None = None  # env workers' device (simulation, collocated inference); None: train.device
+    worker_cpus: float = 1.0  # Ray resources each env worker asks for (placement)
+    worker_gpus: float = 0.0
+    ray_address: str | None = None  # None: start a local Ray instance; "auto" or "host:port": join that cluster
+    max_restarts: int = 3  # env workers that may die and be replaced before the run fails
 
     def __post_init__(self) -> None:
         if self.learners < 1:
             raise UserError(f"resources.learners must be at least 1, got {self.learners}")
         if self.backend not in DIST_BACKENDS:
             raise UserError(f"resources.backend '{self.backend}' is unknown; available: {', '.join(DIST_BACKENDS)}")
+        if self.env_workers < 0:
+            raise UserError(f"resources.env_workers must be 0 (no Ray) or more, got {self.env_workers}")
+        if self.inference not in INFERENCE_PLACEMENTS:
+            raise UserError(f"resources.inference '{self.inference}' is unknown; available: "
+                            f"{', '.join(INFERENCE_PLACEMENTS)}")
+        if self.async_rollouts and self.inference != "collocated":
+            raise UserError("resources.async_rollouts needs resources.inference collocated (workers that act "
+                            "with their own copy of the policy)")
+        if self.max_staleness < 1:
+            raise UserError(f"resources.max_staleness must be at least 1, got {self.max_staleness}")
 
 
 @dataclass
@@ -219,6 +242,17 @@ class Config:
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
 
     def __post_init__(self) -> None:
+        workers = self.resources.env_workers
+        if workers:
+            if self.env.num_envs % workers:
+                raise UserError(f"env.num_envs ({self.env.num_envs}) must be divisible by resources.env_workers "
+                                f"({workers}): each env worker steps an equal share of the envs")
+            if self.train.algorithm != "ppo":
+                raise UserError(f"resources.env_workers trains with ppo; train.algorithm {self.train.algorithm} "
+                                "steps its envs in one process (resources.env_workers=0)")
+            if self.resources.learners > 1:
+                raise UserError("resources.env_workers and resources.learners > 1 cannot be combined yet; "
+                                "use one of them")
         learners = self.resources.learners
         if learners == 1:
             return

@@ -121,4 +121,7 @@ def make_trainer(cfg: Config) -> Trainer:
     """The trainer of `train.algorithm`."""
     if cfg.train.algorithm not in ALGORITHMS:
         raise UserError(f"train.algorithm '{cfg.train.algorithm}' is unknown; available: {', '.join(ALGORITHMS)}")
+    if cfg.resources.env_workers:
+        from roborl.ray_trainer import RayTrainer  # Ray is imported only by the runs that use it
+        return RayTrainer(cfg)
     return SACTrainer(cfg) if cfg.train.algorithm == "sac" else Trainer(cfg)

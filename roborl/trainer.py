@@ -11,9 +11,10 @@ from pathlib import Path
 import torch
 import yaml
 
+import sim
 from roborl.algos.lagrangian import PIDLagrangian
 from roborl.algos.ppo import PPO
-from roborl.buffer import RolloutBuffer, bootstrap_timeouts, gae
+from roborl.buffer import RolloutBuffer, gae
 from roborl.builder import build, load_pretrained, make_run_env, resolve_device
 from roborl.checkpoint import Checkpoint, save_checkpoint
 from roborl.compiling import maybe_compile
@@ -22,6 +23,7 @@ from roborl.errors import UserError
 from roborl.evaluate import evaluate
 from roborl.logger import Logger
 from roborl.plots import plot_curves
+from roborl.rollout import collect, record_episodes
 
 
 def write_json(path: Path, data: dict) -> None:
@@ -51,7 +53,7 @@ class Trainer:
         self.device = resolve_device(cfg.train.device)
         torch.set_num_threads(cfg.train.threads or max(1, (os.cpu_count() or 1) // 2))
         torch.manual_seed(cfg.train.seed)
-        self.env, self.policy = build(cfg, self.device)
+        self.env, self.policy = build(cfg, self.device, self.make_env())
         self.act = maybe_compile(self.policy.act, cfg.resources.compile)  # in rollouts only
         self.gae = maybe_compile(gae, cfg.resources.compile)
         self.algo = self.make_algo()
@@ -84,6 +86,10 @@ class Trainer:
         self.eval_env = None
         self.train_violations = 0.0
         self.buffer: RolloutBuffer | None = None
+
+    def make_env(self) -> sim.VecEnv:
+        """The envs this process trains in (roborl/ray_trainer.py: those of its Ray env workers)."""
+        return make_run_env(self.cfg, self.cfg.env.num_envs, self.cfg.train.seed, self.device)
 
     def make_algo(self) -> PPO:
         a = self.cfg.algo
@@ -159,7 +165,7 @@ class Trainer:
     def train(self) -> dict:
         """Iterations of `iterate` (collect + update), each followed by logging, evaluation, checkpoints."""
         cfg, t = self.cfg, self.cfg.train
-        steps_per_iter = self.run_cfg.env.num_envs * t.rollout_steps * cfg.env.action_chunk  # all learners' control steps
+        steps_per_iter = self.run_cfg.env.num_envs * t.rollout_steps * cfg.env.action_chunk  # all learners' steps
         total_iters = math.ceil(t.total_steps / steps_per_iter)
         logger = self.make_logger(total_iters * steps_per_iter)
         self.generator = torch.Generator().manual_seed(t.seed + self.iteration)
@@ -217,21 +223,7 @@ class Trainer:
         return summary
 
     def record_episodes(self, info: dict) -> None:
-        if "shield" in info:  # per step: intervention rate, correction size, infeasible QPs
-            sh = info["shield"]
-            for key, value in (("shield_intervention", sh["intervened"]), ("shield_correction", sh["correction"]),
-                               ("shield_infeasible", sh["infeasible"])):
-                self.episodes.setdefault(key, []).append(float(value.float().mean()))
-        if "episode" in info:
-            done = info["done"]
-            self.episodes["return"] += info["episode"]["return"][done].tolist()
-            self.episodes["success"] += info["episode"]["success_at_end"][done].float().tolist()
-            if "cost" in info["episode"]:
-                self.episodes.setdefault("cost", []).extend(info["episode"]["cost"][done].tolist())
-            if "rm_state" in info:  # how far through the reward machine episodes got
-                self.episodes.setdefault("rm_final_state", []).extend(info["rm_state"][done].float().tolist())
-        if "cost" in info:  # every step with a cost in training counts as a violation
-            self.train_violations += float((info["cost"] > 0).sum())
+        self.train_violations += record_episodes(self.episodes, info)
 
     def iterate(self, total_iters: int) -> dict[str, float]:
         """One PPO iteration: a rollout of T steps, GAE with bootstrapped time-outs, the update."""
@@ -242,24 +234,9 @@ class Trainer:
         if cfg.algo.anneal_lr:
             self.algo.set_lr(cfg.algo.lr * (1 - self.iteration / total_iters))
         collect_start = time.time()
-        obs = self.obs
         safe = self.lagrangian is not None
+        obs = collect(self.policy, self.env, buffer, self.obs, self.act, cfg.algo.gamma, self.record_episodes, safe)
         with torch.no_grad():
-            for _ in range(cfg.train.rollout_steps):
-                act = self.act(obs)
-                cost_value = self.policy.cost_value(obs) if safe else None
-                next_obs, reward, term, trunc, info = self.env.step(act.action)
-                cost = info.get("cost")
-                if safe and cost is None:
-                    raise UserError(f"algo.cost_limit needs a task that publishes info['cost']; {cfg.env.id} does not")
-                if trunc.any():
-                    final_obs = info["final_obs"]
-                    reward = bootstrap_timeouts(reward, trunc, self.policy.value(final_obs), cfg.algo.gamma)
-                    if safe:
-                        cost = bootstrap_timeouts(cost, trunc, self.policy.cost_value(final_obs), cfg.algo.gamma)
-                buffer.add(obs, act, reward, term | trunc, cost if safe else None, cost_value)
-                self.record_episodes(info)
-                obs = next_obs
             buffer.finish(self.policy.value(obs), cfg.algo.gamma, cfg.algo.gae_lambda,
                           self.policy.cost_value(obs) if safe else None)
         if safe and self.episodes.get("cost"):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set-up on a fresh machine: creates .venv in the repository root if missing, installs PyTorch
-# (CPU 2.13.0 unless a torch is already in .venv), then roborl with its test and bench extras.
+# (CPU 2.13.0 unless a torch is already in .venv), then roborl with its test, bench, warp and distributed (Ray) extras.
 # GPU users: put a CUDA build of torch in .venv first, e.g.
 #   python3 -m venv .venv && .venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cu128
 # and this script keeps it (every later install is constrained to the torch that is there).
@@ -31,5 +31,5 @@ fi
 torch_version=$(.venv/bin/python -c "import torch; print(torch.__version__.split('+')[0])")
 mkdir -p .venv/roborl
 echo "torch==${torch_version}" > .venv/roborl/constraints.txt
-"${PIP[@]}" install -c .venv/roborl/constraints.txt -e ".[test,bench,warp]"
+"${PIP[@]}" install -c .venv/roborl/constraints.txt -e ".[test,bench,warp,distributed]"
 echo "roborl installed in .venv (torch ${torch_version}); try: .venv/bin/roborl train configs/ppo_reach.yaml"

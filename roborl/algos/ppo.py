@@ -4,6 +4,10 @@ Sees only `log_prob`, `entropy` and `value` from `policy.evaluate`, so one PPO s
 `log_prob` is N for most policies; a policy may return N×S (DPPO: one column per fine-tuned denoising
 step; FPO: one per (τ, ε) pair). Each column then gets its own ratio and clip, with the policy's
 optional per-column clip ranges (`ratio_clip`) and advantage weights (`advantage_weights`).
+
+Rows collected by an older policy (asynchronous Ray rollouts) carry `behaviour_weights`: the ratio and
+its clip are then taken against the learner's policy at the start of the update (the proximal policy),
+and each row's term is weighted by π_prox/π_behaviour, truncated (decoupled PPO, Hilton et al. 2022).
 """
 from __future__ import annotations
 
@@ -87,7 +91,11 @@ class PPO:
         with torch.no_grad():
             approx_kl = ((ratio - 1) - log_ratio).mean()
             clip_frac = ((ratio - 1).abs() > clip).float().mean()
-        policy_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - clip, 1 + clip)).mean()
+        policy_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - clip, 1 + clip))
+        if "behaviour_weights" in mb:  # rows from an older policy (asynchronous rollouts): decoupled PPO
+            w = mb["behaviour_weights"]
+            policy_loss = policy_loss * (w if policy_loss.dim() == 1 else w[:, None])
+        policy_loss = policy_loss.mean()
         ret, old_v = mb["returns"], mb["values"]
         if cfg.clip_value_loss:
             vclip = cfg.clip if cfg.value_clip is None else cfg.value_clip

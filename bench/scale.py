@@ -1,0 +1,124 @@
+"""Scale-out, all measured in one run: PPO training steps/s (collect + update, end to end) on Push with
+the envs in the learner's process, in 1 or 2 Ray env workers (synchronous, asynchronous, learner-side
+inference), each with and without torch.compile. With a CUDA device it adds the GPU-batched MuJoCo
+backend (mujoco-warp) at 1024 and 4096 envs, end to end and against the raw simulator.
+
+Prints a markdown table; ratios are to the first row (in-process, no compile), measured in this run.
+Usage: python bench/scale.py [--envs 64] [--iterations 8] [--out runs/scale]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import ray
+import torch
+
+from roborl.config import load_config
+from roborl.off_policy import make_trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+PUSH = ROOT / "configs" / "ppo_push.yaml"
+
+SETUPS = {  # name: overrides
+    "in-process": [],
+    "1 env worker": ["resources.env_workers=1"],
+    "2 env workers": ["resources.env_workers=2"],
+    "2 env workers, async (staleness 1)": ["resources.env_workers=2", "resources.async_rollouts=true"],
+    "2 env workers, learner-side inference": ["resources.env_workers=2", "resources.inference=learner"],
+}
+
+
+def training_rate(overrides: list[str], iterations: int, warmup: int) -> dict[str, float]:
+    """Steps/s of `iterations` PPO iterations after `warmup` ones (compilation happens in those)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = load_config(PUSH, [f"train.run_dir={tmp}", "train.name=bench", "train.progress=false",
+                                 "train.video=false", *overrides])
+        trainer = make_trainer(cfg)
+        trainer.generator = torch.Generator().manual_seed(0)
+        trainer.obs = trainer.env.reset(seed=0)
+        trainer.update_normalizer(trainer.obs)
+        total = warmup + iterations
+        collect = []
+        start = 0.0
+        for i in range(total):
+            if i == warmup:
+                start = time.perf_counter()
+            trainer.episodes = {"return": [], "success": []}
+            stats = trainer.iterate(total)
+            trainer.iteration += 1
+            if i >= warmup:
+                collect.append(stats["collect_sps"])
+        seconds = time.perf_counter() - start
+        trainer.env.close()
+        steps = iterations * cfg.env.num_envs * cfg.train.rollout_steps
+        return {"sps": steps / seconds, "collect_sps": float(np.median(collect))}
+
+
+def gpu_rows(iterations: int) -> list[tuple[str, dict[str, float]]]:
+    """mujoco-warp on CUDA at 1024 and 4096 envs: our VecEnv and PPO end to end against raw warp steps."""
+    import sim
+    import tasks  # noqa: F401
+
+    rows = []
+    for n in (1024, 4096):
+        env = sim.make("mujoco/Push", n, device="cuda", backend="warp")
+        env.reset(seed=0)
+        action = torch.zeros(n, env.action_dim, device="cuda")
+        physics, state, ctrl = env.unwrapped._warp, env.unwrapped.state.copy(), env.unwrapped._ctrl.copy()
+        for label, step in (("raw mujoco-warp step", lambda: physics.step(state, ctrl)),
+                            ("our VecEnv", lambda: env.step(action.uniform_(-1, 1)))):
+            step()
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(50):
+                step()
+            torch.cuda.synchronize()
+            rows.append((f"{label}, {n} envs (GPU)", {"sps": 50 * n / (time.perf_counter() - t)}))
+        env.close()
+        rows.append((f"PPO end to end, mujoco-warp, {n} envs (GPU)",
+                     training_rate([f"env.num_envs={n}", "env.backend=warp", "train.device=cuda"], iterations, 2)))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--envs", type=int, default=64)
+    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--out", default=str(ROOT / "runs" / "scale"))
+    args = parser.parse_args()
+    ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    rows = []
+    for compiled in (False, True):
+        for name, overrides in SETUPS.items():
+            extra = [f"env.num_envs={args.envs}", f"resources.compile={str(compiled).lower()}"]
+            label = f"{name}{', compiled' if compiled else ''}"
+            rate = training_rate(overrides + extra, args.iterations, warmup=3 if compiled else 1)
+            rows.append((label, rate))
+            print(f"{label}: {rate['sps']:.0f} steps/s", flush=True)
+    if torch.cuda.is_available():
+        rows += gpu_rows(args.iterations)
+    else:
+        print("no CUDA device: the GPU rows (mujoco-warp at 1024 and 4096 envs) need one")
+    ray.shutdown()
+    base = rows[0][1]["sps"]
+    lines = [f"PPO on mujoco/Push, {args.envs} envs, {torch.get_num_threads()} torch threads, "
+             f"{ray.__version__=}".replace("ray.__version__=", "Ray "), "",
+             "| setup | train steps/s | collect steps/s | vs in-process |", "|---|---|---|---|"]
+    for label, rate in rows:
+        collect = f"{rate['collect_sps']:.0f}" if "collect_sps" in rate else "-"
+        lines.append(f"| {label} | {rate['sps']:.0f} | {collect} | {rate['sps'] / base:.2f}x |")
+    table = "\n".join(lines)
+    print(table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scale.md").write_text(table + "\n")
+    (out / "scale.json").write_text(json.dumps({label: rate for label, rate in rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

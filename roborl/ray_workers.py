@@ -1,0 +1,261 @@
+"""Ray env workers: actors that each own a VecEnv shard and, collocated, a copy of the policy.
+
+`WorkerPool` starts `resources.env_workers` of them with the Ray resources the config asks for
+(placement), sends them the learner's weights, collects their rollouts synchronously or with up to
+`resources.max_staleness` rollouts in flight per worker, and replaces a worker that dies: the new one
+gets fresh seeds and resets its envs, and the steps the dead one was collecting are counted as lost.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import time
+from collections import deque
+from typing import Any
+
+import torch
+
+from roborl.buffer import RolloutBuffer
+from roborl.builder import make_policy, make_run_env, resolve_device
+from roborl.compiling import maybe_compile
+from roborl.config import Config
+from roborl.errors import UserError
+from roborl.rollout import collect, record_episodes
+
+SEED_STRIDE = 100_000  # worker i seeds its envs and sampling with train.seed + (i + 1)·SEED_STRIDE
+RESTART_SEED = 7919  # a replacement worker adds this per replacement, so it does not replay the dead one
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise UserError("resources.env_workers needs Ray: pip install -e '.[distributed]' (or run scripts/setup.sh)") \
+            from None
+    return ray
+
+
+def check_reachable(address: str | None) -> None:
+    """A cluster at "host:port" answers within seconds, or the run stops here: Ray itself would retry
+    for minutes."""
+    if address is None or address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except (OSError, ValueError) as exc:
+        raise UserError(f"resources.ray_address '{address}': no Ray cluster there ({exc}); start one with "
+                        "`ray start --head` or leave ray_address empty for a local one") from None
+
+
+def ray_resources() -> dict[str, float]:
+    """The Ray resources this actor was given (its placement)."""
+    import ray
+    return dict(ray.get_runtime_context().get_assigned_resources())
+
+
+class EnvWorker:
+    """One shard of the envs (`env.num_envs` of the shard config), stepped in this actor's process."""
+
+    def __init__(self, cfg: Config, seed: int) -> None:
+        r = cfg.resources
+        self.cfg = cfg
+        self.seed = seed
+        self.device = resolve_device(r.device or cfg.train.device)
+        torch.set_num_threads(max(1, int(r.worker_cpus)))
+        torch.manual_seed(seed)
+        self.env = make_run_env(cfg, cfg.env.num_envs, seed, self.device)
+        self.policy: torch.nn.Module | None = None
+        self.version = -1
+        self.obs: dict | None = None
+        self.buffer: RolloutBuffer | None = None
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def describe(self) -> dict:
+        """What the learner needs to know of the envs: spaces, limits, scaling."""
+        e = self.env
+        return {"observation_space": e.observation_space, "action_space": e.action_space,
+                "label_names": e.label_names, "reward_term_names": e.reward_term_names,
+                "max_episode_steps": e.max_episode_steps, "control_dt": e.control_dt,
+                "action_scaling": e.action_scaling(), "pid": os.getpid(),
+                "resources": ray_resources()}
+
+    def reset(self, seed: int | None) -> dict:
+        self.obs = self.env.reset(seed=seed)
+        return self.obs
+
+    def step(self, action: torch.Tensor) -> tuple:
+        out = self.env.step(action.to(self.device))
+        self.obs = out[0]
+        return out
+
+    def load(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        if self.policy is None:
+            c = self.cfg
+            self.policy = make_policy(c.policy, self.env, c.env.action_chunk, c.residual,
+                                      cost_critic=c.algo.cost_limit is not None).to(self.device)
+            self.act = maybe_compile(self.policy.act, c.resources.compile)
+        if version != self.version:
+            self.policy.load_state_dict(weights)
+            self.version = version
+
+    def rollout(self, weights: dict[str, torch.Tensor], version: int) -> dict:
+        """`train.rollout_steps` steps with the policy of `version`, from where the last one stopped."""
+        start = time.time()
+        self.load(weights, version)
+        c = self.cfg
+        if self.buffer is None:
+            self.buffer = RolloutBuffer(c.train.rollout_steps, self.env.num_envs, self.device)
+        b = self.buffer
+        episodes: dict[str, list[float]] = {"return": [], "success": []}
+        violations = [0.0]
+
+        def record(info: dict) -> None:
+            violations[0] += record_episodes(episodes, info)
+
+        safe = c.algo.cost_limit is not None
+        self.obs = collect(self.policy, self.env, b, self.obs, self.act, c.algo.gamma, record, safe)
+        with torch.no_grad():
+            last_value = self.policy.value(self.obs)
+            last_cost_value = self.policy.cost_value(self.obs) if safe else None
+        b.step = 0
+        return {"obs": b.obs, "actions": b.actions, "log_probs": b.log_probs, "values": b.values,
+                "extras": b.extras, "rewards": b.rewards, "dones": b.dones, "costs": b.costs,
+                "cost_values": b.cost_values, "last_obs": self.obs, "last_value": last_value,
+                "last_cost_value": last_cost_value, "episodes": episodes, "violations": violations[0],
+                "version": version, "seconds": time.time() - start}
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def shard_config(cfg: Config) -> Config:
+    """What each worker builds: its share of the envs."""
+    return dataclasses.replace(cfg, env=dataclasses.replace(cfg.env,
+                               num_envs=cfg.env.num_envs // cfg.resources.env_workers))
+
+
+class WorkerPool:
+    """The run's env workers (see the module's docstring)."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.ray = ray = import_ray()
+        r = cfg.resources
+        self.cfg, self.shard = cfg, shard_config(cfg)
+        self.started_ray = not ray.is_initialized()
+        if self.started_ray:
+            check_reachable(r.ray_address)
+            needed = int(r.env_workers * r.worker_cpus) + 1
+            local = {"num_cpus": max(os.cpu_count() or 1, needed)} if r.ray_address is None else {}
+            try:
+                ray.init(address=r.ray_address, include_dashboard=False, log_to_driver=False,
+                         logging_level=logging.WARNING, **local)
+            except ConnectionError as exc:
+                raise UserError(f"resources.ray_address '{r.ray_address}': no Ray cluster there ({exc}); start one "
+                                "with `ray start --head` or leave ray_address empty for a local one") from None
+        self.actor_class = ray.remote(num_cpus=r.worker_cpus, num_gpus=r.worker_gpus)(EnvWorker)
+        self.restarts = 0
+        self.lost_steps = 0
+        self.replacements = [0] * r.env_workers
+        self.workers = [self.start(i) for i in range(r.env_workers)]
+        self.version = -1
+        self.weights_ref: Any = None
+        self.inflight: list[deque] = [deque() for _ in self.workers]
+        self.last_seed: int | None = None
+
+    @property
+    def envs_per_worker(self) -> int:
+        return self.shard.env.num_envs
+
+    def seed_of(self, i: int, seed: int) -> int:
+        return seed + (i + 1) * SEED_STRIDE + RESTART_SEED * self.replacements[i]
+
+    def start(self, i: int) -> Any:
+        return self.actor_class.remote(self.shard, self.seed_of(i, self.cfg.train.seed))
+
+    def pids(self) -> list[int]:
+        return self.ray.get([w.pid.remote() for w in self.workers])
+
+    def describe(self) -> dict:
+        return self.ray.get(self.workers[0].describe.remote())
+
+    def replace(self, i: int, lost_steps: int) -> dict:
+        """A new worker in place of worker i, which died; its envs start from a reset (returned)."""
+        self.restarts += 1
+        self.lost_steps += lost_steps
+        if self.restarts > self.cfg.resources.max_restarts:
+            raise UserError(f"env workers died {self.restarts} times (more than resources.max_restarts="
+                            f"{self.cfg.resources.max_restarts}); see the Ray logs in /tmp/ray/session_latest/logs")
+        self.ray.kill(self.workers[i], no_restart=True)
+        self.replacements[i] += 1
+        self.workers[i] = self.start(i)
+        self.inflight[i].clear()
+        seed = None if self.last_seed is None else self.seed_of(i, self.last_seed)
+        return self.ray.get(self.workers[i].reset.remote(seed))
+
+    def call(self, method: str, args: list[tuple], lost_steps: int = 0) -> tuple[list[Any], dict[int, dict]]:
+        """`method(*args[i])` on every worker i. A worker that died is replaced: its result is None, and
+        the second value maps its index to the observation its replacement reset to."""
+        refs = [getattr(w, method).remote(*a) for w, a in zip(self.workers, args)]
+        out, replaced = [], {}
+        for i, ref in enumerate(refs):
+            try:
+                out.append(self.ray.get(ref))
+            except self.ray.exceptions.RayActorError:
+                replaced[i] = self.replace(i, lost_steps)
+                out.append(None)
+        return out, replaced
+
+    def reset(self, seed: int | None) -> list[dict]:
+        self.last_seed = seed
+        n = len(self.workers)
+        parts, replaced = self.call("reset", [(None if seed is None else self.seed_of(i, seed),) for i in range(n)])
+        return [replaced.get(i, p) for i, p in enumerate(parts)]
+
+    # ---- collocated rollouts ----------------------------------------------------------------------
+    def publish(self, policy: torch.nn.Module) -> None:
+        """The learner's current weights, put once into Ray's object store for every worker."""
+        self.version += 1
+        self.weights_ref = self.ray.put({k: v.detach().cpu() for k, v in policy.state_dict().items()})
+
+    def submit(self, i: int) -> None:
+        self.inflight[i].append(self.workers[i].rollout.remote(self.weights_ref, self.version))
+
+    def rollouts(self) -> list[dict]:
+        """One rollout per worker: the oldest in flight, or (none in flight) a new one with the current
+        weights. A worker that died is replaced and collects its rollout again with the current weights."""
+        out = []
+        for i in range(len(self.workers)):
+            while not self.inflight[i]:
+                self.submit(i)
+            while self.inflight[i]:
+                ref = self.inflight[i].popleft()
+                try:
+                    out.append(self.ray.get(ref))
+                    break
+                except self.ray.exceptions.RayActorError:
+                    lost = self.envs_per_worker * self.shard.train.rollout_steps * self.shard.env.action_chunk
+                    self.replace(i, lost_steps=lost * (1 + len(self.inflight[i])))
+                    self.submit(i)
+        return out
+
+    def fill(self, depth: int) -> None:
+        """Tops every worker up to `depth` rollouts in flight, with the current weights."""
+        for i in range(len(self.workers)):
+            while len(self.inflight[i]) < depth:
+                self.submit(i)
+
+    def close(self) -> None:
+        for w in self.workers:
+            try:
+                self.ray.get(w.close.remote(), timeout=10)
+            except Exception:  # a worker that is already gone has nothing to close
+                pass
+            self.ray.kill(w, no_restart=True)
+        self.workers = []
+        if self.started_ray:
+            self.ray.shutdown()

@@ -1,0 +1,157 @@
+"""Ray env workers (resources.env_workers) on a local Ray cluster: learning, worker death, placement,
+asynchronous rollouts and their importance correction."""
+import os
+import signal
+import threading
+import time
+
+import pytest
+import ray
+import torch
+from contract import check_vecenv_contract
+from helpers import ROOT, roborl
+
+from policies import GaussianActorCritic
+from roborl.algos.ppo import PPO
+from roborl.buffer import RolloutBuffer
+from roborl.config import PPOConfig, load_config
+from roborl.off_policy import make_trainer
+from roborl.ray_trainer import RayTrainer, correct_off_policy
+from roborl.ray_vec_env import RayVecEnv
+from roborl.ray_workers import WorkerPool
+from roborl.trainer import Trainer
+
+REACH = str(ROOT / "configs" / "ppo_reach.yaml")
+QUIET = ["train.video=false", "train.progress=false", "train.eval_episodes=32"]
+
+
+@pytest.fixture(scope="module")
+def local_cluster():
+    """One local Ray instance for the module (the pool joins it and leaves it running)."""
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+def train(tmp_path, name: str, *overrides: str) -> tuple[Trainer, dict]:
+    cfg = load_config(REACH, [f"train.run_dir={tmp_path}", f"train.name={name}", *QUIET, *overrides])
+    trainer = make_trainer(cfg)
+    return trainer, trainer.train()
+
+
+def test_two_env_workers_learn_like_one_process(tmp_path, local_cluster):
+    budget = ["train.total_steps=48000", "train.eval_every=5"]
+    _, single = train(tmp_path, "single", *budget)
+    runs = {mode: train(tmp_path, mode.replace(" ", "_"), *budget, "resources.env_workers=2", *extra)
+            for mode, extra in {"sync": [], "async": ["resources.async_rollouts=true"],
+                                "learner inference": ["resources.inference=learner"]}.items()}
+    assert single["success_rate"] >= 0.8, single
+    for mode, (trainer, summary) in runs.items():
+        assert isinstance(trainer, RayTrainer)
+        assert summary["env_steps"] == single["env_steps"] == 48000, mode
+        assert summary["success_rate"] >= 0.8 and abs(summary["success_rate"] - single["success_rate"]) <= 0.2, \
+            (mode, summary["success_rate"], single["success_rate"])
+        curve = [s for _, _, s in summary["eval_history"]]
+        assert curve[-1] > curve[0] + 0.5, (mode, curve)
+        assert summary["worker_restarts"] == 0 and summary["lost_env_steps"] == 0
+
+
+@pytest.mark.parametrize("mode", [[], ["resources.async_rollouts=true"], ["resources.inference=learner"]],
+                         ids=["sync", "async", "learner-inference"])
+def test_a_killed_worker_is_replaced_and_the_run_finishes(tmp_path, local_cluster, mode):
+    cfg = load_config(REACH, [f"train.run_dir={tmp_path}", "train.name=kill", *QUIET, "train.total_steps=16000",
+                              "train.eval_every=100", "resources.env_workers=2", *mode])
+    trainer = make_trainer(cfg)
+    victim = trainer.pool.pids()[0]
+    killed = threading.Event()
+
+    def kill_at_iteration_2() -> None:
+        while trainer.iteration < 2:
+            time.sleep(0.01)
+        os.kill(victim, signal.SIGKILL)
+        killed.set()
+
+    killer = threading.Thread(target=kill_at_iteration_2, daemon=True)
+    killer.start()
+    summary = trainer.train()
+    assert killed.is_set()
+    assert summary["env_steps"] == 16000 and summary["iterations"] == 5
+    assert summary["worker_restarts"] == 1 and summary["lost_env_steps"] > 0, summary
+    from test_training import scalars
+    restarts = scalars(tmp_path / "kill", "train/worker_restarts")
+    assert restarts[0][1] == 0 and restarts[-1][1] == 1  # the loss is in the logs
+    assert [v for _, v in scalars(tmp_path / "kill", "train/lost_env_steps")][-1] == summary["lost_env_steps"]
+
+
+def test_placement_is_configuration_and_the_shards_keep_the_vecenv_contract(local_cluster):
+    cfg = load_config(REACH, ["env.num_envs=4", "resources.env_workers=2", "resources.worker_cpus=0.5"])
+    pool = WorkerPool(cfg)
+    try:
+        assert pool.describe()["resources"] == {"CPU": 0.5}
+        assert len(set(pool.pids())) == 2 and os.getpid() not in pool.pids()
+        env = RayVecEnv(pool, torch.device("cpu"))
+        assert env.num_envs == 4 and env.sizes == [2, 2]
+        check_vecenv_contract(env, steps=60)
+        first = env.reset(seed=5)["state"]
+        assert not torch.equal(first[:2], first[2:])  # the workers' envs are seeded apart
+        assert torch.equal(env.reset(seed=5)["state"], first)
+    finally:
+        pool.close()
+
+
+def stale_buffer() -> tuple[GaussianActorCritic, RolloutBuffer]:
+    """A rollout collected by a policy that has since moved on."""
+    torch.manual_seed(0)
+    policy = GaussianActorCritic(5, 2, [16, 16])
+    buf = RolloutBuffer(6, 4, torch.device("cpu"))
+    for _ in range(6):
+        obs = {"state": torch.randn(4, 5)}
+        with torch.no_grad():
+            buf.add(obs, policy.act(obs), torch.randn(4), torch.zeros(4, dtype=torch.bool))
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    return policy, buf
+
+
+def test_off_policy_correction_is_the_truncated_likelihood_ratio():
+    policy, buf = stale_buffer()
+    behaviour = buf.log_probs.clone()
+    with torch.no_grad():
+        correct_off_policy(policy, buf, is_clip=1.0)
+    state = {"state": buf.obs["state"].reshape(24, 5)}
+    mean, std = policy.actor(policy.features(state)), policy.log_std.exp()
+    learner = torch.distributions.Normal(mean, std).log_prob(buf.actions.reshape(24, 2)).sum(-1).reshape(6, 4)
+    torch.testing.assert_close(buf.log_probs, learner)
+    torch.testing.assert_close(buf.behaviour_weights, (learner - behaviour).exp().clamp(max=1.0))
+    assert (buf.behaviour_weights < 1).any() and (buf.behaviour_weights == 1).any()
+    torch.testing.assert_close(buf.values, policy.value(state).reshape(6, 4))
+
+
+def test_unit_behaviour_weights_leave_the_ppo_loss_unchanged():
+    policy, buf = stale_buffer()
+    buf.finish(torch.zeros(4), 0.9, 0.95)
+    ppo = PPO(policy, PPOConfig())
+    plain = buf.flat()
+    loss, _ = ppo.minibatch_loss(plain)
+    buf.behaviour_weights = torch.ones(6, 4)
+    weighted, _ = ppo.minibatch_loss(buf.flat())
+    torch.testing.assert_close(weighted, loss)
+    buf.behaviour_weights = torch.full((6, 4), 0.5)
+    _, terms = ppo.minibatch_loss(buf.flat())
+    torch.testing.assert_close(terms["policy_loss"], 0.5 * ppo.minibatch_loss(plain)[1]["policy_loss"])
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["resources.env_workers=3"], "env.num_envs (64) must be divisible by resources.env_workers (3)"),
+    (["resources.env_workers=2", "resources.inference=learner", "resources.async_rollouts=true"],
+     "resources.async_rollouts needs resources.inference collocated"),
+    (["resources.env_workers=2", "resources.inference=remote"], "resources.inference 'remote' is unknown"),
+    (["resources.env_workers=2", "resources.learners=2"], "resources.env_workers and resources.learners > 1"),
+    (["resources.env_workers=2", "resources.ray_address=127.0.0.1:1"], "resources.ray_address '127.0.0.1:1'"),
+])
+def test_bad_ray_settings_are_one_line_errors(overrides, message):
+    proc = roborl("train", REACH, *overrides, "train.progress=false")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and lines[-1].startswith(f"roborl: error: {message}"), proc.stderr[-1500:]
+    assert len([line for line in lines if not line.startswith("20")]) == 1, proc.stderr  # only Ray's own log lines
