@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -106,8 +107,7 @@ def main() -> None:
         print("no CUDA device: the GPU rows (mujoco-warp at 1024 and 4096 envs) need one")
     ray.shutdown()
     base = rows[0][1]["sps"]
-    lines = [f"PPO on mujoco/Push, {args.envs} envs, {torch.get_num_threads()} torch threads, "
-             f"{ray.__version__=}".replace("ray.__version__=", "Ray "), "",
+    lines = [f"PPO on mujoco/Push, {args.envs} envs, {os.cpu_count()} CPU cores, Ray {ray.__version__}", "",
              "| setup | train steps/s | collect steps/s | vs in-process |", "|---|---|---|---|"]
     for label, rate in rows:
         collect = f"{rate['collect_sps']:.0f}" if "collect_sps" in rate else "-"

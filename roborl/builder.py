@@ -22,7 +22,8 @@ from sim.history import StateHistoryEnv
 from tasks.arm import ARM_OBS, ArmEnv
 from tasks.expert import ImperfectExpert
 
-POLICY_KINDS = ("gaussian", "diffusion", "flow", "residual")
+VLA_KINDS = ("token_vla", "flow_vla")  # policies/vla: need the `vla` extra (transformers, peft)
+POLICY_KINDS = ("gaussian", "diffusion", "flow", "residual", *VLA_KINDS)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -51,6 +52,10 @@ def make_env(cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> 
     elif cfg.backend != "mujoco":
         raise UserError(f"env.backend '{cfg.backend}' picks the physics of the embedded mujoco/ tasks; "
                         f"{cfg.id} brings its own simulator (leave env.backend=mujoco)")
+    if cfg.id.startswith("maniskill/"):  # env.controller names a ManiSkill control mode, e.g. pd_joint_delta_pos
+        options.update(control_mode=cfg.controller, obs_mode=cfg.obs_mode, render_size=tuple(cfg.render_size))
+    if cfg.id.startswith("libero/"):  # state skips LIBERO's cameras; rgb renders agent view and wrist at this size
+        options.update(obs_mode=cfg.obs_mode, image_size=cfg.render_size[0])
     env = sim.make(cfg.id, num_envs, **options)
     if cfg.rm.machine or cfg.rm.ltlf:
         try:
@@ -196,6 +201,8 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
         image = tuple(spaces["rgb"].shape[:2]) if "rgb" in spaces else None
         return GaussianActorCritic(obs_dim, action_dim, list(cfg.hidden), cfg.activation,
                                    cfg.init_log_std, cfg.normalize_obs, image_shape=image, cost_critic=cost_critic)
+    if cfg.kind in VLA_KINDS:
+        return make_vla_policy(cfg, env, execute)
     if "rgb" in spaces:
         raise UserError(f"policy.kind '{cfg.kind}' conditions on `state` only; use env.obs_mode=state")
     common = dict(denoiser=cfg.denoiser, hidden=list(cfg.hidden), critic_hidden=list(cfg.critic_hidden),
@@ -211,6 +218,28 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
                           noise_min=cfg.flow_noise.min_std, noise_max=cfg.flow_noise.max_std,
                           noise_level=cfg.flow_sde.noise_level, fpo_samples=cfg.fpo.samples, **common)
     except ValueError as exc:  # the policies check their own arguments (rl_mode, denoiser, horizon)
+        raise UserError(str(exc)) from exc
+
+
+def make_vla_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int) -> nn.Module:
+    """A token or flow VLA (policies/vla) on the env's `rgb`, `state` and `instruction` observations."""
+    if "rgb" not in env.observation_space.spaces:
+        raise UserError(f"policy.kind {cfg.kind} needs rgb observations; set env.obs_mode to rgb (or rgb+state)")
+    try:
+        from policies.vla.flow_vla import FlowVLAPolicy
+        from policies.vla.token_vla import TokenVLAPolicy
+    except ImportError as exc:
+        raise UserError(f"policy.kind {cfg.kind} needs the vla extra: pip install -e '.[vla]' ({exc})") from exc
+    state_dim, action_dim = env.observation_space.spaces["state"].shape[0], env.action_dim
+    try:
+        if cfg.kind == "token_vla":
+            if cfg.rl_mode is not None:
+                raise ValueError("policy.rl_mode does not apply to token_vla (its log-prob is the action tokens')")
+            return TokenVLAPolicy(cfg.vla, state_dim, action_dim, cfg.horizon, execute)
+        return FlowVLAPolicy(cfg.vla, state_dim, action_dim, cfg.horizon, execute, steps=cfg.steps,
+                             rl_mode=cfg.rl_mode, noise_min=cfg.flow_noise.min_std, noise_max=cfg.flow_noise.max_std,
+                             noise_level=cfg.flow_sde.noise_level, fpo_samples=cfg.fpo.samples)
+    except (ValueError, OSError) as exc:  # bad settings, a checkpoint directory that is missing or incomplete
         raise UserError(str(exc)) from exc
 
 

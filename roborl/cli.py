@@ -1,5 +1,6 @@
 """`roborl train CONFIG [key=value ...]`, `roborl bc CONFIG [key=value ...]`, `roborl demos TASK`,
-`roborl eval CHECKPOINT`, `roborl export CHECKPOINT`, `roborl serve ARTIFACT`, `roborl twin [SERVER]`, `roborl envs`."""
+`roborl eval CHECKPOINT [...] [--out DIR]`, `roborl export CHECKPOINT`, `roborl serve ARTIFACT`,
+`roborl twin [SERVER]`, `roborl envs`."""
 from __future__ import annotations
 
 import argparse
@@ -42,12 +43,23 @@ def _demos(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from roborl.eval_suite import Suite, checked
+
+    given = {"episodes": args.episodes, "seeds": args.seeds, "seed": args.seed, "envs": args.envs,
+             "device": args.device, "video": False if args.no_video else None}
+    settings = {k: v for k, v in given.items() if v is not None}
+    if args.suite or args.out or args.tasks or args.seeds or len(args.checkpoints) > 1:
+        return _eval_suite(args, settings)
+    if not args.checkpoints:
+        raise UserError("roborl eval needs a CHECKPOINT (or several, or --suite FILE)")
     from pathlib import Path
 
     from roborl.evaluate import evaluate_checkpoint
 
-    video = args.video_path or (str(Path(args.checkpoint).with_suffix(".mp4")) if args.video else None)
-    result = evaluate_checkpoint(args.checkpoint, args.episodes, args.envs, args.seed, args.device, video)
+    s = checked(Suite({}, **settings))
+    checkpoint = args.checkpoints[0]
+    video = args.video_path or (str(Path(checkpoint).with_suffix(".mp4")) if args.video else None)
+    result = evaluate_checkpoint(checkpoint, s.episodes, s.envs, s.seed, s.device, video)
     if video:
         result["video"] = video
     if args.json:
@@ -55,6 +67,35 @@ def _eval(args: argparse.Namespace) -> int:
     else:
         for key, value in result.items():
             print(f"{key:>14}: {value}")
+    return 0
+
+
+def _eval_suite(args: argparse.Namespace, settings: dict) -> int:
+    """Tasks × checkpoints × evaluation seeds -> DIR/eval.json and DIR/eval.md (roborl/eval_report.py)."""
+    from pathlib import Path
+
+    from roborl.builder import resolve_device
+    from roborl.eval_report import build_report, markdown, write_report
+    from roborl.eval_suite import run_suite, suite_from_checkpoints, suite_from_yaml
+
+    if not args.out:
+        raise UserError("an evaluation over tasks and seeds writes DIR/eval.json and DIR/eval.md: give --out DIR")
+    if args.suite and (args.checkpoints or args.tasks):
+        raise UserError("give checkpoints (and --tasks) or --suite FILE, not both")
+    if args.suite:
+        suite = suite_from_yaml(args.suite, **settings)
+    elif args.checkpoints:
+        suite = suite_from_checkpoints(args.checkpoints, args.tasks, **settings)
+    else:
+        raise UserError("roborl eval needs checkpoints or --suite FILE")
+    out = Path(args.out)
+    results = run_suite(suite, out, progress=not args.quiet)
+    report = build_report(results, {"episodes_per_run": suite.episodes,
+                                    "eval_seeds": [suite.seed + s for s in range(suite.seeds)], "envs": suite.envs,
+                                    "device": str(resolve_device(suite.device)), "video": suite.video,
+                                    "suite": args.suite})
+    write_report(report, out)
+    print(json.dumps(report) if args.json else markdown(report), end="\n" if args.json else "")
     return 0
 
 
@@ -133,15 +174,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--noise", type=float, default=0.0, help="std of Gaussian noise added to the expert's actions")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_demos)
-    p = sub.add_parser("eval", help="evaluate a checkpoint deterministically")
-    p.add_argument("checkpoint")
-    p.add_argument("--episodes", type=int, default=50)
-    p.add_argument("--envs", type=int, default=25, help="environments run in parallel")
-    p.add_argument("--seed", type=int, default=12345)
-    p.add_argument("--device", default="auto")
-    p.add_argument("--video", action="store_true", help="write an mp4 beside the checkpoint")
-    p.add_argument("--video-path", help="write the mp4 here instead")
+    p = sub.add_parser("eval", help="evaluate checkpoints deterministically; over tasks and seeds with --out DIR")
+    p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT",
+                   help="several: several training seeds of one method (or, without --tasks, grouped by task)")
+    p.add_argument("--tasks", nargs="+", help="evaluate every checkpoint on these env ids (default: its own)")
+    p.add_argument("--suite", help="YAML file: tasks -> checkpoints (see roborl/eval_suite.py)")
+    p.add_argument("--seeds", type=int, help="evaluation seeds per checkpoint (--seed, --seed+1, ...; default 1)")
+    p.add_argument("--out", help="write DIR/eval.json, DIR/eval.md and DIR/videos/ (mean, IQM, bootstrap CIs)")
+    p.add_argument("--episodes", type=int, help="episodes per checkpoint and seed (default 50)")
+    p.add_argument("--envs", type=int, help="environments run in parallel (default 25)")
+    p.add_argument("--seed", type=int, help="the (first) evaluation seed (default 12345)")
+    p.add_argument("--device", help="auto (default), cpu, cuda, cuda:N")
+    p.add_argument("--video", action="store_true", help="one checkpoint: write an mp4 beside it")
+    p.add_argument("--video-path", help="one checkpoint: write the mp4 here instead")
+    p.add_argument("--no-video", action="store_true", help="with --out: no videos")
     p.add_argument("--json", action="store_true", help="print one JSON line")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_eval)
     p = sub.add_parser("export", help="export a checkpoint to one TorchScript or ONNX file (+ metadata JSON)")
     p.add_argument("checkpoint")

@@ -25,15 +25,17 @@ def _fall_back(exc: BaseException) -> None:
               file=sys.stderr, flush=True)
 
 
-def maybe_compile(fn: F, enabled: bool, backend: str | Callable = "inductor") -> F:
+def maybe_compile(fn: F, enabled: bool, backend: str | Callable = "inductor", cuda_graphs: bool = False) -> F:
     """`fn` compiled with torch.compile where `enabled` (else `fn` itself). Random ops draw from torch's
-    own generator as in eager mode (inductor's `fallback_random`), so a seeded run samples the same noise."""
+    own generator as in eager mode (inductor's `fallback_random`), so a seeded run samples the same noise.
+    `cuda_graphs` replays the compiled kernels as CUDA graphs: only for functions whose input shapes stay
+    fixed and whose outputs are copied before the next call (rollout inference into the buffer)."""
     if not enabled:
         return fn
     from torch._dynamo.exc import TorchDynamoException  # seconds to import: only when compiling
 
     try:
-        options = {"fallback_random": True} if backend == "inductor" else None
+        options = {"fallback_random": True, "triton.cudagraphs": cuda_graphs} if backend == "inductor" else None
         compiled = torch.compile(fn, backend=backend, options=options)
     except RuntimeError as exc:  # torch.compile itself refuses this platform
         _fall_back(exc)

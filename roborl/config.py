@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from policies.vla.spec import VLASpec
 from roborl.errors import UserError
 from sim.randomization import Randomization
 
@@ -84,7 +85,8 @@ class FPOConfig:
 
 @dataclass
 class PolicyConfig:
-    kind: str = "gaussian"  # gaussian | diffusion | flow | residual (a correction of `residual.base`)
+    # gaussian | diffusion | flow | residual (a correction of `residual.base`) | token_vla | flow_vla (policies/vla)
+    kind: str = "gaussian"
     hidden: list[int] = field(default_factory=lambda: [256, 256])
     activation: str = "tanh"
     init_log_std: float = -0.5
@@ -101,6 +103,7 @@ class PolicyConfig:
     flow_noise: FlowNoiseConfig = field(default_factory=FlowNoiseConfig)
     flow_sde: FlowSDEConfig = field(default_factory=FlowSDEConfig)
     fpo: FPOConfig = field(default_factory=FPOConfig)
+    vla: VLASpec = field(default_factory=VLASpec)  # token_vla / flow_vla: backbone, fine-tuning, heads
 
 
 @dataclass
@@ -147,6 +150,37 @@ class SACConfig:
     crm: bool = False  # with env.rm: store each transition as seen from every machine state (CRM)
 
 
+GRPO_REWARDS = ("success", "success_at_end", "return")
+GRPO_LOSS_AGG = ("token_mean", "seq_mean_token_mean")
+
+
+@dataclass
+class GRPOConfig:
+    """Critic-free group-relative PPO (roborl/grpo.py); optimizer, epochs and minibatches come from `algo`."""
+    group_size: int = 8  # G: consecutive envs started from one initial state (env.num_envs must be a multiple)
+    reward: str = "success"  # episode outcome: success (at any step) | success_at_end | return
+    std_normalize: bool = True  # A = (R − mean) / (std + eps) per group; false: Dr.GRPO's A = R − mean
+    eps: float = 1.0e-6
+    clip_low: float = 0.2  # ratio clipped to [1 − clip_low, 1 + clip_high] (DAPO's clip-higher)
+    clip_high: float = 0.28
+    dynamic_sampling: bool = True  # drop groups whose rewards all agree (zero variance, no signal; DAPO)
+    resample_rounds: int = 0  # extra rollout rounds that refill the batch with groups that have signal (DAPO)
+    loss_agg: str = "token_mean"  # token_mean: every step weighs alike (DAPO) | seq_mean_token_mean: every episode
+
+    def __post_init__(self) -> None:
+        if self.group_size < 2:
+            raise UserError(f"grpo.group_size must be at least 2 (a group compares episodes), got {self.group_size}")
+        if self.reward not in GRPO_REWARDS:
+            raise UserError(f"grpo.reward '{self.reward}' is unknown; available: {', '.join(GRPO_REWARDS)}")
+        if self.loss_agg not in GRPO_LOSS_AGG:
+            raise UserError(f"grpo.loss_agg '{self.loss_agg}' is unknown; available: {', '.join(GRPO_LOSS_AGG)}")
+        if not 0 < self.clip_low < 1 or self.clip_high <= 0:
+            raise UserError(f"grpo.clip_low must be in (0, 1) and grpo.clip_high > 0, got {self.clip_low} and "
+                            f"{self.clip_high}")
+        if self.resample_rounds < 0:
+            raise UserError(f"grpo.resample_rounds must be 0 or more, got {self.resample_rounds}")
+
+
 @dataclass
 class ResidualConfig:
     base: str | None = None  # expert | a checkpoint path (.safetensors) | module:factory (factory(env) -> callable)
@@ -170,7 +204,7 @@ class BCConfig:
 
 @dataclass
 class TrainConfig:
-    algorithm: str = "ppo"  # ppo (on-policy, section `algo`) | sac (off-policy, section `sac`)
+    algorithm: str = "ppo"  # ppo (on-policy, section `algo`) | sac (off-policy, section `sac`) | grpo (`grpo`, `algo`)
     total_steps: int = 1_000_000
     rollout_steps: int = 50
     eval_every: int = 10  # iterations
@@ -190,6 +224,11 @@ class TrainConfig:
     eval_at_start: bool = True  # evaluate a pretrained policy (policy.init) before the first update
     stop_at_success: float | None = None  # end the run once deterministic eval success reaches this
 
+    def __post_init__(self) -> None:
+        for key in ("total_steps", "rollout_steps", "eval_every", "eval_episodes", "eval_envs", "save_every"):
+            if getattr(self, key) < 1:
+                raise UserError(f"train.{key} must be at least 1, got {getattr(self, key)}")
+
 
 DIST_BACKENDS = ("auto", "gloo", "nccl")  # torch.distributed backends of resources.backend
 INFERENCE_PLACEMENTS = ("collocated", "learner")  # where rollout inference runs with Ray env workers
@@ -199,6 +238,7 @@ INFERENCE_PLACEMENTS = ("collocated", "learner")  # where rollout inference runs
 class ResourcesConfig:
     learners: int = 1  # processes, each stepping env.num_envs / learners envs; gradients averaged (roborl/distributed.py)
     compile: bool = False  # torch.compile the policy's act in rollouts, GAE and the PPO loss (roborl/compiling.py)
+    cuda_graphs: bool = False  # with compile on CUDA: rollout inference replayed as CUDA graphs (fixed shapes)
     backend: str = "auto"  # torch.distributed backend: auto (nccl on CUDA, gloo on CPU) | gloo | nccl
     # Ray env workers (roborl/ray_workers.py): 0 steps the envs in the learner's process
     env_workers: int = 0  # Ray actors, each stepping env.num_envs / env_workers envs
@@ -218,6 +258,8 @@ class ResourcesConfig:
             raise UserError(f"resources.learners must be at least 1, got {self.learners}")
         if self.backend not in DIST_BACKENDS:
             raise UserError(f"resources.backend '{self.backend}' is unknown; available: {', '.join(DIST_BACKENDS)}")
+        if self.cuda_graphs and not self.compile:
+            raise UserError("resources.cuda_graphs replays compiled kernels: set resources.compile: true too")
         if self.env_workers < 0:
             raise UserError(f"resources.env_workers must be 0 (no Ray) or more, got {self.env_workers}")
         if self.inference not in INFERENCE_PLACEMENTS:
@@ -238,6 +280,7 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     bc: BCConfig = field(default_factory=BCConfig)
     sac: SACConfig = field(default_factory=SACConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
     residual: ResidualConfig = field(default_factory=ResidualConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
 

@@ -4,7 +4,8 @@ Layout of `demos.hdf5` (the robomimic convention, readable with plain h5py):
 
     data/                      attrs: total (steps), env_args (JSON: env id, controller, control rate,
                                episode length), num_episodes, success_rate
-      demo_<i>/                attrs: num_samples, success (bool), instruction, seed
+      demo_<i>/                attrs: num_samples, success (bool), instruction (the episode's own, for
+                               language-conditioned tasks), seed, task_id (multi-task envs)
         obs/state              T×D float32 (the task's `state` observation before each action)
         obs/rgb                T×H×W×3 uint8 (when recorded with rgb)
         actions                T×A float32, normalized to [-1, 1] (the env's action space)
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
@@ -72,16 +73,20 @@ def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16
                     b["actions"].append(action[i].cpu().numpy())
                     b["rewards"].append(float(reward[i]))
                     b["success"].append(bool(info["success"][i]))
+                    if not b["actions"][1:]:  # an episode's first step: its instruction and task
+                        b["instruction"] = obs["instruction"][i] if "instruction" in obs else env.instruction
+                        if "task_id" in obs:
+                            b["task_id"] = int(obs["task_id"][i])
                 done = info["done"].cpu()
                 for i in done.nonzero().flatten().tolist():
                     if written < episodes:
                         ok = bool(info["episode"]["success_at_end"][i])
-                        _write_episode(data, written, buffers[i], keys, ok, env.instruction, seed)
+                        _write_episode(data, written, buffers[i], keys, ok, seed)
                         written += 1
                         successes += ok
                         total += len(buffers[i]["actions"])
                         bar.update(1)
-                    buffers[i] = {k: [] for k in buffers[i]}
+                    buffers[i] = {k: [] for k in (*keys, "actions", "rewards", "success")}
                 if done.any():
                     expert.reset(done)
                 obs = nxt
@@ -98,8 +103,7 @@ def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16
     return {"path": str(path), "episodes": written, "steps": total, "success_rate": successes / max(written, 1)}
 
 
-def _write_episode(data: h5py.Group, index: int, buf: dict, keys: list[str], success: bool,
-                   instruction: str, seed: int) -> None:
+def _write_episode(data: h5py.Group, index: int, buf: dict, keys: list[str], success: bool, seed: int) -> None:
     g = data.create_group(f"demo_{index}")
     obs = g.create_group("obs")
     for k in keys:
@@ -111,21 +115,27 @@ def _write_episode(data: h5py.Group, index: int, buf: dict, keys: list[str], suc
     g.create_dataset("rewards", data=np.asarray(buf["rewards"], np.float32))
     g.create_dataset("dones", data=np.arange(T) == T - 1)
     g.create_dataset("success", data=np.asarray(buf["success"], bool))
-    g.attrs.update(num_samples=T, success=success, instruction=instruction, seed=seed)
+    g.attrs.update(num_samples=T, success=success, instruction=buf.get("instruction", ""), seed=seed)
+    if "task_id" in buf:
+        g.attrs["task_id"] = buf["task_id"]
 
 
 @dataclass
 class DemoWindows:
     """Training windows from demonstrations: `obs` M×(n·D) (the last n states, oldest first, padded with
-    the episode's first state) and `actions` M×H×A (the next H actions, padded with the last action)."""
+    the episode's first state) and `actions` M×H×A (the next H actions, padded with the last action);
+    `instructions` (M strings, each window's episode instruction) and, with `images=True`, `rgb` (M×H×W×3,
+    the current frame) for language- and image-conditioned policies."""
     obs: torch.Tensor
     actions: torch.Tensor
     episodes: int
     env_args: dict
+    instructions: list[str] = field(default_factory=list)
+    rgb: torch.Tensor | None = None
 
 
 def load_demos(path: str | Path, obs_history: int = 1, horizon: int = 1, max_episodes: int | None = None,
-               success_only: bool = True) -> DemoWindows:
+               success_only: bool = True, images: bool = False) -> DemoWindows:
     path = demos_file(path)
     if not path.is_file():
         raise UserError(f"demonstrations '{path}' do not exist; record them with: roborl demos TASK --episodes N --out DIR")
@@ -134,6 +144,8 @@ def load_demos(path: str | Path, obs_history: int = 1, horizon: int = 1, max_epi
     except OSError as exc:
         raise UserError(f"demonstrations '{path}' are not a readable HDF5 file ({exc})") from exc
     obs_windows, act_windows, used = [], [], 0
+    instructions: list[str] = []
+    frames: list[torch.Tensor] = []
     with f:
         if "data" not in f:
             raise UserError(f"demonstrations '{path}' have no 'data' group (not a robomimic-style file)")
@@ -153,7 +165,13 @@ def load_demos(path: str | Path, obs_history: int = 1, horizon: int = 1, max_epi
             future = (t[:, None] + torch.arange(horizon)[None]).clamp(max=T - 1)
             obs_windows.append(state[hist].flatten(1))
             act_windows.append(actions[future])
+            instructions += [str(g.attrs.get("instruction", ""))] * T
+            if images:
+                if "obs/rgb" not in g:
+                    raise UserError(f"demonstrations '{path}' hold no images; record them with `roborl demos --rgb`")
+                frames.append(torch.from_numpy(g["obs/rgb"][()]))
             used += 1
     if not used:
         raise UserError(f"demonstrations '{path}' hold no {'successful ' if success_only else ''}episodes")
-    return DemoWindows(torch.cat(obs_windows), torch.cat(act_windows), used, env_args)
+    return DemoWindows(torch.cat(obs_windows), torch.cat(act_windows), used, env_args, instructions,
+                       torch.cat(frames) if images else None)

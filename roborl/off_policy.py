@@ -20,7 +20,7 @@ from roborl.rm import RewardMachineEnv
 from roborl.trainer import Trainer
 from sim.vec_env import clone_obs, merge_rows
 
-ALGORITHMS = ("ppo", "sac")
+ALGORITHMS = ("ppo", "sac", "grpo")
 
 
 class SACTrainer(Trainer):
@@ -124,4 +124,8 @@ def make_trainer(cfg: Config) -> Trainer:
     if cfg.resources.env_workers:
         from roborl.ray_trainer import RayTrainer  # Ray is imported only by the runs that use it
         return RayTrainer(cfg)
+    if cfg.train.algorithm == "grpo":
+        from roborl.grpo import GRPOTrainer
+
+        return GRPOTrainer(cfg)
     return SACTrainer(cfg) if cfg.train.algorithm == "sac" else Trainer(cfg)

@@ -76,8 +76,8 @@ class RayVecEnv(VecEnv):
             return {k: self.to_device(v) for k, v in value.items()}
         return value
 
-    def reset(self, seed: int | None = None) -> Obs:
-        self.last_obs = self.pool.reset(seed)
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Obs:
+        self.last_obs = self.pool.reset(seed, options)
         return self.to_device(concat(self.last_obs))
 
     def lost_step(self, i: int, reset_obs: Obs, example: tuple) -> tuple:

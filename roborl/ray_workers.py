@@ -84,8 +84,8 @@ class EnvWorker:
                 "action_scaling": e.action_scaling(), "pid": os.getpid(),
                 "resources": ray_resources()}
 
-    def reset(self, seed: int | None) -> dict:
-        self.obs = self.env.reset(seed=seed)
+    def reset(self, seed: int | None, options: dict | None = None) -> dict:
+        self.obs = self.env.reset(seed=seed, **({"options": options} if options else {}))
         return self.obs
 
     def step(self, action: torch.Tensor) -> tuple:
@@ -98,7 +98,8 @@ class EnvWorker:
             c = self.cfg
             self.policy = make_policy(c.policy, self.env, c.env.action_chunk, c.residual,
                                       cost_critic=c.algo.cost_limit is not None).to(self.device)
-            self.act = maybe_compile(self.policy.act, c.resources.compile)
+            self.act = maybe_compile(self.policy.act, c.resources.compile,
+                                     cuda_graphs=c.resources.cuda_graphs and self.device.type == "cuda")
         if version != self.version:
             self.policy.load_state_dict(weights)
             self.version = version
@@ -210,10 +211,11 @@ class WorkerPool:
                 out.append(None)
         return out, replaced
 
-    def reset(self, seed: int | None) -> list[dict]:
+    def reset(self, seed: int | None, options: dict | None = None) -> list[dict]:
         self.last_seed = seed
         n = len(self.workers)
-        parts, replaced = self.call("reset", [(None if seed is None else self.seed_of(i, seed),) for i in range(n)])
+        parts, replaced = self.call("reset", [(None if seed is None else self.seed_of(i, seed), options)
+                                              for i in range(n)])
         return [replaced.get(i, p) for i, p in enumerate(parts)]
 
     # ---- collocated rollouts ----------------------------------------------------------------------

@@ -54,7 +54,8 @@ class Trainer:
         torch.set_num_threads(cfg.train.threads or max(1, (os.cpu_count() or 1) // 2))
         torch.manual_seed(cfg.train.seed)
         self.env, self.policy = build(cfg, self.device, self.make_env())
-        self.act = maybe_compile(self.policy.act, cfg.resources.compile)  # in rollouts only
+        self.act = maybe_compile(self.policy.act, cfg.resources.compile,  # in rollouts only
+                                 cuda_graphs=cfg.resources.cuda_graphs and self.device.type == "cuda")
         self.gae = maybe_compile(gae, cfg.resources.compile)
         self.algo = self.make_algo()
         self.env_steps = 0

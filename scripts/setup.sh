@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set-up on a fresh machine: creates .venv in the repository root if missing, installs PyTorch
-# (CPU 2.13.0 unless a torch is already in .venv), then roborl with its test, bench, warp and distributed (Ray) extras.
+# (CPU 2.13.0 unless a torch is already in .venv), then roborl with its test, bench, warp, maniskill, distributed (Ray) and vla (transformers, peft) extras.
 # GPU users: put a CUDA build of torch in .venv first, e.g.
 #   python3 -m venv .venv && .venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cu128
 # and this script keeps it (every later install is constrained to the torch that is there).
@@ -19,6 +19,24 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "note: missing system packages ${missing[*]}; install them with: sudo apt-get install ${missing[*]}" >&2
   fi
 fi
+# Vulkan for SAPIEN (the ManiSkill3 backend, maniskill/... envs): without a GPU, Mesa's lavapipe CPU driver.
+# SAPIEN 3 needs Mesa >= 24.3; on Debian bookworm (Mesa 22) that comes from bookworm-backports, which also moves
+# the EGL/GL Mesa packages above to the same Mesa release (MuJoCo's EGL rendering works with it). Idempotent.
+mesa_vulkan=$(dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null || echo 0)
+if ! dpkg --compare-versions "$mesa_vulkan" ge 24.3 || ! dpkg -s libvulkan1 >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt_target=()
+    if grep -q '^VERSION_CODENAME=bookworm' /etc/os-release 2>/dev/null; then
+      if ! grep -rqs bookworm-backports /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        echo "deb http://deb.debian.org/debian bookworm-backports main" > /etc/apt/sources.list.d/bookworm-backports.list
+      fi
+      apt_target=(-t bookworm-backports)
+    fi
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${apt_target[@]}" mesa-vulkan-drivers libvulkan1
+  else
+    echo "note: ManiSkill3 (maniskill/ envs) needs Vulkan: install mesa-vulkan-drivers >= 24.3 and libvulkan1 as root" >&2
+  fi
+fi
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
@@ -31,5 +49,7 @@ fi
 torch_version=$(.venv/bin/python -c "import torch; print(torch.__version__.split('+')[0])")
 mkdir -p .venv/roborl
 echo "torch==${torch_version}" > .venv/roborl/constraints.txt
-"${PIP[@]}" install -c .venv/roborl/constraints.txt -e ".[test,bench,warp,distributed]"
+"${PIP[@]}" install -c .venv/roborl/constraints.txt -e ".[test,bench,warp,maniskill,distributed,vla]"
+# LIBERO (the libero/ environments) in its own .venv-libero: it needs mujoco < 4
+bash scripts/setup_libero.sh
 echo "roborl installed in .venv (torch ${torch_version}); try: .venv/bin/roborl train configs/ppo_reach.yaml"

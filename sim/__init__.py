@@ -7,5 +7,8 @@ from sim.errors import SimError  # noqa: E402
 from sim.registry import available, make, register, register_prefix  # noqa: E402
 from sim.vec_env import Obs, VecEnv  # noqa: E402
 from sim import gym_adapters  # noqa: E402,F401  (registers the gym/ prefix)
+from sim import maniskill_env  # noqa: E402,F401  (registers the maniskill/ prefix; imports mani_skill lazily)
+from sim import isaaclab_env  # noqa: E402,F401  (registers the isaaclab/ prefix; imports isaaclab lazily)
+from sim import libero_env  # noqa: E402,F401  (registers the libero/ prefix; LIBERO runs in .venv-libero)
 
 __all__ = ["Obs", "SimError", "VecEnv", "available", "make", "register", "register_prefix"]

@@ -62,8 +62,8 @@ class BaseActionEnv(VecEnvWrapper):
         rows = torch.arange(self.num_envs, device=self.device)
         return self.chunk[rows, self.position].clamp(-1, 1)
 
-    def reset(self, seed: int | None = None) -> Obs:
-        obs = self.env.reset(seed=seed)
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Obs:
+        obs = self.env.reset(seed=seed, options=options)
         if hasattr(self.base, "reset"):
             self.base.reset()
         self.chunk = None

@@ -50,8 +50,8 @@ class GymVecEnv(VecEnv):
     def _obs(self, obs: np.ndarray) -> Obs:
         return {"state": torch.as_tensor(np.asarray(obs, dtype=np.float32), device=self.device)}
 
-    def reset(self, seed: int | None = None) -> Obs:
-        obs, _ = self.env.reset(seed=self._seed if seed is None else seed)
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Obs:
+        obs, _ = self.env.reset(seed=self._seed if seed is None else seed, options=options)
         self._return.zero_()
         self._length.zero_()
         return self._obs(obs)
@@ -111,7 +111,7 @@ class GymnasiumVectorEnv(gym.vector.VectorEnv):
         self.action_space = gym.vector.utils.batch_space(env.action_space, self.num_envs)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        return _to_numpy(self.venv.reset(seed=seed), self.keys), {}
+        return _to_numpy(self.venv.reset(seed=seed, options=options), self.keys), {}
 
     def step(self, actions: np.ndarray):
         obs, reward, term, trunc, info = self.venv.step(torch.as_tensor(np.asarray(actions), dtype=torch.float32))

@@ -29,8 +29,8 @@ class StateHistoryEnv(VecEnvWrapper):
     def _with(self, obs: Obs, history: torch.Tensor) -> Obs:
         return {**obs, "state": history.flatten(1)}
 
-    def reset(self, seed: int | None = None) -> Obs:
-        obs = self.env.reset(seed=seed)
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Obs:
+        obs = self.env.reset(seed=seed, options=options)
         self.history = obs["state"][:, None].repeat(1, self.length, 1)
         return self._with(obs, self.history)
 

@@ -53,6 +53,7 @@ class MujocoVecEnv(VecEnv):
         camera: str = "front",
         randomization: Randomization | None = None,
         backend: str = "mujoco",
+        group_size: int = 1,
     ) -> None:
         if backend not in BACKENDS:
             raise SimError(f"unknown physics backend '{backend}'; available: {', '.join(BACKENDS)}")
@@ -63,6 +64,7 @@ class MujocoVecEnv(VecEnv):
             raise SimError(f"obs_mode must be 'state' or 'rgb', got '{obs_mode}'")
         if num_envs < 1:
             raise SimError(f"num_envs must be >= 1, got {num_envs}")
+        self.group_size = self._check_group_size(group_size, num_envs)
         self.model = mujoco.MjModel.from_xml_path(str(model_path))
         self.num_envs = num_envs
         self.device = torch.device(device)
@@ -147,10 +149,19 @@ class MujocoVecEnv(VecEnv):
         return []
 
     # ---- the VecEnv contract ---------------------------------------------------------------
-    def reset(self, seed: int | None = None) -> Obs:
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Obs:
+        """`options={"group_size": G}` (default: the constructor's `group_size`) starts each group of G
+        consecutive envs from one sampled initial state (GRPO); groups differ from each other."""
+        options = dict(options or {})
+        group_size = self._check_group_size(options.pop("group_size", self.group_size), self.num_envs)
+        if options:
+            raise SimError(f"unknown reset options {sorted(options)}; available: group_size")
         if seed is not None:
             self.generator.manual_seed(seed)
-        self._reset_envs(torch.ones(self.num_envs, dtype=torch.bool))
+        if group_size == 1:
+            self._reset_envs(torch.ones(self.num_envs, dtype=torch.bool))
+        else:
+            self._reset_groups(group_size)
         return self._obs()
 
     def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
@@ -229,6 +240,23 @@ class MujocoVecEnv(VecEnv):
             self._renderer = None
 
     # ---- helpers ---------------------------------------------------------------------------
+    @staticmethod
+    def _check_group_size(group_size: int, num_envs: int) -> int:
+        if not isinstance(group_size, int) or group_size < 1 or num_envs % group_size:
+            raise SimError(f"group_size must be a positive divisor of num_envs ({num_envs}), got {group_size!r}")
+        return group_size
+
+    def _reset_groups(self, group_size: int) -> None:
+        """Member k of every group is reset in one batch, all G batches from the same generator state:
+        tasks draw their samples row by row, so each member gets its group's draw, whatever the task."""
+        first = torch.arange(0, self.num_envs, group_size)
+        start = self.generator.get_state()
+        for k in range(group_size):
+            self.generator.set_state(start)
+            mask = torch.zeros(self.num_envs, dtype=torch.bool)
+            mask[first + k] = True
+            self._reset_envs(mask)
+
     def _reset_envs(self, mask: torch.Tensor) -> None:
         ids = mask.nonzero().flatten()
         self._state_t[ids] = self.initial_state

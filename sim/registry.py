@@ -1,4 +1,5 @@
-"""Environment ids -> constructors. Ids look like `mujoco/Push` or `gym/Pusher-v5`."""
+"""Environment ids -> constructors. Ids look like `mujoco/Push`, `gym/Pusher-v5`,
+`maniskill/PushCube-v1`, `libero/libero_spatial` or `isaaclab/Isaac-Cartpole-Direct-v0`."""
 from __future__ import annotations
 
 import difflib
@@ -10,12 +11,6 @@ from sim.vec_env import VecEnv
 EnvFactory = Callable[..., VecEnv]
 _ENVS: dict[str, EnvFactory] = {}
 _PREFIXES: dict[str, EnvFactory] = {}
-_UNAVAILABLE = {
-    "isaaclab": "Isaac Lab / Isaac Sim need Python 3.12 and a CUDA GPU (they cannot be installed on a CPU-only "
-                "Python 3.11 machine), and roborl has no Isaac Lab backend yet",
-    "maniskill": "the ManiSkill3 backend is not implemented yet (planned; the 'maniskill' extra installs mani-skill)",
-    "libero": "the LIBERO backend is not implemented yet (planned; it will run LIBERO in its own environment)",
-}
 
 
 def register(env_id: str) -> Callable[[EnvFactory], EnvFactory]:
@@ -43,8 +38,6 @@ def make(env_id: str, num_envs: int = 1, **options) -> VecEnv:
     prefix, _, name = env_id.partition("/")
     if prefix in _PREFIXES and name:
         return _PREFIXES[prefix](name, num_envs=num_envs, **options)
-    if prefix in _UNAVAILABLE:
-        raise SimError(f"cannot make '{env_id}': {_UNAVAILABLE[prefix]}; available: {', '.join(available())}")
     close = difflib.get_close_matches(env_id, list(_ENVS), n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     raise SimError(f"unknown environment '{env_id}'{hint}; available: {', '.join(available())}")

@@ -26,7 +26,9 @@ class VecEnv:
     max_episode_steps: int | None = None
     control_dt: float = 0.05
 
-    def reset(self, seed: int | None = None) -> Obs:
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Obs:
+        """`options` follows Gymnasium's convention; backends that support it take `group_size` (groups
+        of G consecutive envs start from one initial state, for GRPO)."""
         raise NotImplementedError
 
     def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict]:

@@ -18,8 +18,8 @@ class VecEnvWrapper(VecEnv):
     def action_dim(self) -> int:
         return self.env.action_dim
 
-    def reset(self, seed: int | None = None) -> Obs:
-        return self.env.reset(seed=seed)
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Obs:
+        return self.env.reset(seed=seed, options=options)
 
     def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         return self.env.step(action)

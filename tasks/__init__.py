@@ -1,4 +1,7 @@
 """Embedded arm tasks (MJCF in `tasks/assets`, no downloads). Importing registers `mujoco/<Task>`."""
+from tasks.language import TASK_NAMES as LANG_TASKS
+from tasks.multitask_experts import LangTabletopExpert
+from tasks.multitask_tabletop import LangTabletopEnv
 from tasks.pick_place import PickPlaceEnv, PickPlaceExpert
 from tasks.push import PushEnv, PushExpert
 from tasks.reach import ReachEnv, ReachExpert
@@ -8,7 +11,9 @@ from tasks.stack import StackEnv, StackExpert
 
 EXPERTS = {"mujoco/Reach": ReachExpert, "mujoco/Push": PushExpert,
            "mujoco/PickPlace": PickPlaceExpert, "mujoco/Stack": StackExpert, "mujoco/Sequence": SequenceExpert,
-           "mujoco/ReachAvoid": ReachAvoidExpert}
+           "mujoco/ReachAvoid": ReachAvoidExpert, "mujoco/LangTabletop": LangTabletopExpert,
+           **{f"mujoco/LangTabletop-{t.capitalize()}": LangTabletopExpert for t in LANG_TASKS}}
 
-__all__ = ["EXPERTS", "PickPlaceEnv", "PushEnv", "ReachAvoidEnv", "ReachEnv", "SequenceEnv", "StackEnv",
+__all__ = ["EXPERTS", "LangTabletopEnv", "LangTabletopExpert", "LANG_TASKS",
+           "PickPlaceEnv", "PushEnv", "ReachAvoidEnv", "ReachEnv", "SequenceEnv", "StackEnv",
            "PickPlaceExpert", "PushExpert", "ReachAvoidExpert", "ReachExpert", "SequenceExpert", "StackExpert"]

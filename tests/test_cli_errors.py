@@ -22,7 +22,7 @@ def assert_one_line_error(proc, *fragments: str) -> None:
     (["env.num_envs=lots"], ["'env.num_envs' must be int"]),
     (["env.id=mujoco/Pusj"], ["unknown environment 'mujoco/Pusj'", "did you mean mujoco/Push", "mujoco/Stack"]),
     (["env.id=isaac/Lift"], ["unknown environment 'isaac/Lift'", "available:"]),
-    (["env.id=isaaclab/Isaac-Lift-Cube-Franka-v0"], ["Python 3.12 and a CUDA GPU", "available:"]),
+    (["env.id=isaaclab/Isaac-Lift-Cube-Franka-v0"], ["Isaac Lab is not installed", "Python 3.12 and a CUDA GPU"]),
     (["env.controller=torque"], ["unknown controller 'torque'", "ee_delta_pos"]),
     (["train.device=cuda:3"], ["no CUDA device"]),
     (["policy.kind=transformer"], ["policy.kind 'transformer' is unknown", "diffusion, flow"]),

@@ -66,8 +66,8 @@ class RewardMachineEnv(VecEnvWrapper):
         onehot = torch.nn.functional.one_hot(u, self.machine.num_states).to(obs["state"].dtype)
         return {**obs, "state": torch.cat([obs["state"], onehot], -1), "rm_state": u.clone()}
 
-    def reset(self, seed: int | None = None) -> Obs:
-        obs = self.env.reset(seed=seed)
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Obs:
+        obs = self.env.reset(seed=seed, options=options)
         self.u.fill_(self.machine.initial)
         return self.with_machine_state(obs, self.u)
 

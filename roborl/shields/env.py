@@ -18,8 +18,8 @@ class ShieldEnv(VecEnvWrapper):
         self.shield, self.penalty = shield, penalty
         self.obs: Obs | None = None
 
-    def reset(self, seed: int | None = None) -> Obs:
-        self.obs = self.env.reset(seed=seed)
+    def reset(self, seed: int | None = None, options: dict | None = None) -> Obs:
+        self.obs = self.env.reset(seed=seed, options=options)
         self.shield.reset()
         return self.obs
 

@@ -1,0 +1,94 @@
+"""Flow VLA (pi0-style): the backbone's [image, prompt, proprio] features condition a flow-matching
+action expert that produces chunks of `horizon` actions. It is a `FlowPolicy` whose condition is the
+pooled backbone output (last token ⊕ mean over the prefix) instead of the state, so behaviour cloning
+(conditional flow matching), deterministic ODE sampling and the RL log-probs (flow_noise, flow_sde,
+fpo in `policies/flow_rl.py`) are the flow policy's own code, unchanged.
+
+The expert is one of `policies/denoisers` (MLP or 1-D U-Net) on the pooled features; pi0's expert, a
+transformer attending to every prefix token, is not built here.
+"""
+from __future__ import annotations
+
+import torch
+
+from policies.act import Act
+from policies.flow import FlowPolicy
+from policies.vla.backbone import VLABackbone, build_backbone, instructions
+from policies.vla.heads import ValueHead
+from policies.vla.io import load_policy, save_policy
+from policies.vla.spec import VLASpec
+
+
+class FlowVLAPolicy(FlowPolicy):
+    kind = "flow_vla"
+
+    def __init__(self, spec: VLASpec, state_dim: int, action_dim: int, horizon: int = 4, execute: int = 1, *,
+                 steps: int = 4, rl_mode: str | None = None, noise_min: float = 0.08, noise_max: float = 0.16,
+                 noise_level: float = 0.5, fpo_samples: int = 8, backbone: VLABackbone | None = None) -> None:
+        backbone = backbone or build_backbone(spec, state_dim)
+        cond_dim = 2 * backbone.hidden_size
+        super().__init__(cond_dim, action_dim, horizon, execute, denoiser=spec.expert, hidden=list(spec.expert_hidden),
+                         critic_hidden=list(spec.value_hidden), normalize_obs=False, steps=steps, rl_mode=rl_mode,
+                         noise_min=noise_min, noise_max=noise_max, noise_level=noise_level, fpo_samples=fpo_samples)
+        self.spec = spec
+        self.init_args = {"state_dim": state_dim, "action_dim": action_dim, "horizon": horizon, "execute": execute,
+                          "steps": steps, "rl_mode": rl_mode, "noise_min": noise_min, "noise_max": noise_max,
+                          "noise_level": noise_level, "fpo_samples": fpo_samples}
+        self.backbone = backbone
+        self.critic = ValueHead(cond_dim, list(spec.value_hidden), spec.detach_value)
+
+    # ---- the condition: pooled backbone features --------------------------------------------------
+    def text_ids(self, obs: dict) -> torch.Tensor:
+        if "text_ids" in obs:
+            return obs["text_ids"]
+        return self.backbone.encode_text(instructions(obs), obs["state"].device)
+
+    def cond(self, obs: dict) -> torch.Tensor:
+        bb = self.backbone
+        with bb.grad_context():
+            embeds, mask = bb.prefix(obs, self.text_ids(obs))
+            return bb.pooled(bb.run(embeds, mask).last_hidden_state, mask)
+
+    @staticmethod
+    def with_text(obs: dict, extras: dict) -> dict:
+        """Rollout buffers keep tensors only: the prompt tokens stored at `act` stand in for the text."""
+        return {**obs, "text_ids": extras["text_ids"]} if "text_ids" in extras else obs
+
+    # ---- the Policy interface (FlowPolicy's, with the prompt tokens carried in extras) ----------------
+    def act(self, obs: dict, deterministic: bool = False) -> Act:
+        text_ids = self.text_ids(obs)
+        out = super().act({**obs, "text_ids": text_ids}, deterministic)
+        out.extras["text_ids"] = text_ids
+        if self.horizon == 1:
+            out.action = out.action[:, 0]
+        return out
+
+    def evaluate(self, obs: dict, act: Act) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return super().evaluate(self.with_text(obs, act.extras), act)
+
+    def bc_regularizer(self, obs: dict, act: Act) -> torch.Tensor:
+        if act.action.dim() == 2:
+            act = Act(act.action[:, None], act.log_prob, act.value, act.extras)
+        return super().bc_regularizer(self.with_text(obs, act.extras), act)
+
+    def bc_loss(self, obs: dict, actions: torch.Tensor) -> torch.Tensor:
+        """Conditional flow matching with `bc_samples` (τ, ε) pairs per demonstration on one backbone pass."""
+        actions = actions[:, None] if actions.dim() == 2 else actions
+        m = self.spec.bc_samples
+        tau = torch.rand(actions.shape[0], m, device=actions.device)
+        eps = torch.randn(actions.shape[0], m, *actions.shape[1:], device=actions.device)
+        return self.cfm_loss(self.cond(obs), actions, tau, eps).mean()
+
+    def update_normalizer(self, obs: dict) -> None:
+        self.backbone.update_normalizer(obs)
+
+    def fit_normalizer(self, states: torch.Tensor) -> None:
+        self.backbone.fit_normalizer(states)
+
+    # ---- saving ---------------------------------------------------------------------------------
+    def save_pretrained(self, directory: str) -> None:
+        save_policy(self, directory)
+
+    @classmethod
+    def from_pretrained(cls, directory: str) -> "FlowVLAPolicy":
+        return load_policy(cls, directory)

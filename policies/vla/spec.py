@@ -1,0 +1,66 @@
+"""The settings of a VLA policy (config section `policy.vla`): backbone sizes or checkpoint paths,
+fine-tuning mode, dtype and the heads. Plain data, saved as JSON beside the weights."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+FINETUNE_MODES = ("frozen", "lora", "full")
+DTYPES = ("float32", "bfloat16")
+LANGUAGE_MODELS = ("qwen2", "llama", "gemma")
+
+
+@dataclass
+class VLASpec:
+    # pretrained parts (local directories, never a hub id); None builds a tiny model from the sizes below
+    vision_path: str | None = None  # a SigLIP checkpoint: config.json + *.safetensors
+    language_path: str | None = None  # a causal LM checkpoint: config.json + *.safetensors + tokenizer files
+    # tiny backbone built from scratch
+    image_size: int = 64  # the vision encoder's input; env images are resized to it
+    patch_size: int = 16
+    vision_hidden: int = 64
+    vision_layers: int = 2
+    vision_heads: int = 2
+    language_model: str = "qwen2"  # qwen2 | llama | gemma
+    hidden: int = 64
+    layers: int = 2
+    heads: int = 2
+    # prompt
+    prompt: str = "{instruction}"  # e.g. "In: What action should the robot take to {instruction}?\nOut:"
+    max_text_tokens: int = 64  # instructions are padded / truncated to this many tokens
+    # fine-tuning
+    finetune: str = "full"  # frozen (heads / expert only) | lora (adapters on the LM attention) | full
+    lora_rank: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.0
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    dtype: str = "float32"  # float32 | bfloat16 (backbone; heads and expert stay float32)
+    # heads
+    value_hidden: list[int] = field(default_factory=lambda: [64])
+    detach_value: bool = False  # the value loss does not train the backbone
+    # token VLA
+    bins: int = 256  # per action dimension, uniform over [-1, 1], the last `bins` ids of the vocabulary
+    temperature: float = 1.0  # of the sampling distribution (and so of its log-probs)
+    # flow VLA: the action expert (a policies/denoisers network conditioned on pooled backbone features)
+    expert: str = "mlp"  # mlp | unet
+    expert_hidden: list[int] = field(default_factory=lambda: [128, 128])
+    bc_samples: int = 8  # (τ, ε) pairs per demonstration in the BC loss; one backbone pass serves them all
+
+    def check(self) -> None:
+        """One-line errors for values no model can be built from."""
+        if self.finetune not in FINETUNE_MODES:
+            raise ValueError(f"policy.vla.finetune '{self.finetune}' is unknown; available: "
+                             f"{', '.join(FINETUNE_MODES)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"policy.vla.dtype '{self.dtype}' is unknown; available: {', '.join(DTYPES)}")
+        if self.language_model not in LANGUAGE_MODELS:
+            raise ValueError(f"policy.vla.language_model '{self.language_model}' is unknown; available: "
+                             f"{', '.join(LANGUAGE_MODELS)}")
+        if self.image_size % self.patch_size:
+            raise ValueError(f"policy.vla.image_size ({self.image_size}) must be a multiple of patch_size "
+                             f"({self.patch_size})")
+        if self.bins < 2:
+            raise ValueError(f"policy.vla.bins must be at least 2, got {self.bins}")
+        if self.temperature <= 0:
+            raise ValueError(f"policy.vla.temperature must be positive, got {self.temperature}")
+        if "{instruction}" not in self.prompt:
+            raise ValueError(f"policy.vla.prompt must contain '{{instruction}}', got {self.prompt!r}")

@@ -1,0 +1,99 @@
+"""Frames between LiberoVecEnv and sim/libero_server.py: a 4-byte big-endian length, then a msgpack
+payload with numpy arrays as {"__ndarray__": True, "data", "dtype", "shape"} (the convention of
+roborl/deploy/wire.py and openpi).
+
+Both sides use this file: the client imports it as `sim.libero_wire`, the server (another Python, in
+LIBERO's own environment) loads it by path. So it imports only the standard library, numpy and
+msgpack, never roborl or torch.
+"""
+from __future__ import annotations
+
+import os
+import select
+import struct
+import time
+from typing import Any
+
+import msgpack
+import numpy as np
+
+MAX_FRAME = 1 << 30  # bytes; a longer length prefix means the stream is garbage
+_HEADER = struct.Struct(">I")
+
+
+class WireError(ValueError):
+    """A frame or message that cannot be decoded."""
+
+
+class PeerClosed(EOFError):
+    """The other end closed the stream."""
+
+
+def _encode(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.kind not in "biuf":
+            raise TypeError(f"cannot send arrays of dtype {obj.dtype}")
+        return {b"__ndarray__": True, b"data": np.ascontiguousarray(obj).tobytes(), b"dtype": obj.dtype.str,
+                b"shape": list(obj.shape)}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+def _decode(obj: dict) -> Any:
+    if b"__ndarray__" not in obj:
+        return {(k.decode() if isinstance(k, bytes) else k): v for k, v in obj.items()}
+    try:
+        dtype = np.dtype(obj[b"dtype"])
+        shape = tuple(int(n) for n in obj[b"shape"])
+        data = obj[b"data"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WireError(f"malformed array ({type(exc).__name__})") from exc
+    if dtype.kind not in "biuf" or not isinstance(data, bytes) or len(data) != int(np.prod(shape)) * dtype.itemsize:
+        raise WireError(f"array data does not fit shape {shape} and dtype {dtype}")
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+def pack(message: Any) -> bytes:
+    return msgpack.packb(message, default=_encode, use_bin_type=True)
+
+
+def unpack(payload: bytes) -> Any:
+    try:
+        return msgpack.unpackb(payload, object_hook=_decode, raw=False, strict_map_key=False)
+    except WireError:
+        raise
+    except Exception as exc:
+        raise WireError(f"not a msgpack message ({type(exc).__name__}: {exc})") from exc
+
+
+def write_frame(fd: int, payload: bytes) -> None:
+    """Write one frame to a file descriptor (BrokenPipeError when the reader is gone)."""
+    view = memoryview(_HEADER.pack(len(payload)) + payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
+    chunks, left = [], n
+    while left:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                raise TimeoutError
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise PeerClosed
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int, timeout: float | None = None) -> bytes:
+    """Read one frame's payload; PeerClosed at end of stream, TimeoutError after `timeout` seconds,
+    WireError for a length no sane frame has."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    (size,) = _HEADER.unpack(_read_exact(fd, _HEADER.size, deadline))
+    if size > MAX_FRAME:
+        raise WireError(f"frame of {size} bytes is longer than the {MAX_FRAME} allowed")
+    return _read_exact(fd, size, deadline)
