@@ -14,8 +14,6 @@ A worker that dies is replaced (roborl/ray_workers.py); restarts and lost env st
 """
 from __future__ import annotations
 
-import time
-
 import torch
 
 import sim
@@ -45,50 +43,43 @@ class RayTrainer(Trainer):
         return RayVecEnv(self.pool, self.device)
 
     def iterate(self, total_iters: int) -> dict[str, float]:
-        if self.cfg.resources.inference == "learner":
-            stats = super().iterate(total_iters)
-        else:
-            stats = self.iterate_collocated(total_iters)
+        self.staleness: float | None = None
+        stats = super().iterate(total_iters)
+        if self.staleness is not None:
+            stats["staleness"] = self.staleness
         stats["worker_restarts"] = self.pool.restarts
         stats["lost_env_steps"] = self.pool.lost_steps
         return stats
 
-    def iterate_collocated(self, total_iters: int) -> dict[str, float]:
+    def collect_rollout(self) -> RolloutBuffer:
+        """With learner-side inference, the trainer's own loop over the workers' VecEnv; collocated, one
+        rollout from each worker, concatenated, corrected where an older policy collected it, and GAE."""
         cfg, r = self.cfg, self.cfg.resources
-        if cfg.algo.anneal_lr:
-            self.algo.set_lr(cfg.algo.lr * (1 - self.iteration / total_iters))
-        start = time.time()
+        if r.inference == "learner":
+            return super().collect_rollout()
         self.pool.publish(self.policy)
         parts = self.pool.rollouts()
         if r.async_rollouts:
             self.pool.fill(r.max_staleness)  # the next rollouts run while this update does
-        wait = time.time() - start
         for part in parts:
             for key, values in part["episodes"].items():
                 self.episodes.setdefault(key, []).extend(values)
             self.train_violations += part["violations"]
         buffer = RolloutBuffer.concat_envs(parts, self.device, self.gae)
-        last_obs = self.env.to_device(concat([p["last_obs"] for p in parts]))
+        self.obs = self.env.to_device(concat([p["last_obs"] for p in parts]))
         staleness = torch.tensor([float(self.pool.version - p["version"]) for p in parts])
+        self.staleness = float(staleness.mean())
         safe = self.lagrangian is not None
         with torch.no_grad():
             if staleness.any():
                 correct_off_policy(self.policy, buffer, r.is_clip)
-                last_value = self.policy.value(last_obs)
-                last_cost_value = self.policy.cost_value(last_obs) if safe else None
+                last_value = self.policy.value(self.obs)
+                last_cost_value = self.policy.cost_value(self.obs) if safe else None
             else:
                 last_value = torch.cat([p["last_value"] for p in parts]).to(self.device)
                 last_cost_value = torch.cat([p["last_cost_value"] for p in parts]).to(self.device) if safe else None
             buffer.finish(last_value, cfg.algo.gamma, cfg.algo.gae_lambda, last_cost_value)
-        if safe and self.episodes.get("cost"):
-            self.algo.lagrange = self.lagrangian.update(sum(self.episodes["cost"]) / len(self.episodes["cost"]))
-        self.obs = last_obs
-        stats = self.algo.update(buffer, self.generator, train_actor=self.iteration >= cfg.algo.critic_warmup)
-        self.update_normalizer(buffer.obs)
-        stats["collect_sps"] = buffer.T * buffer.N * cfg.env.action_chunk / max(wait, 1e-9)
-        stats["rollout_wait_s"] = wait
-        stats["staleness"] = float(staleness.mean())
-        return stats
+        return buffer
 
     def summary(self, wall: float) -> dict:
         return {**super().summary(wall), "worker_restarts": self.pool.restarts, "lost_env_steps": self.pool.lost_steps}

@@ -11,7 +11,6 @@ import dataclasses
 import logging
 import os
 import socket
-import time
 from collections import deque
 from typing import Any
 
@@ -21,10 +20,10 @@ from roborl.buffer import RolloutBuffer
 from roborl.builder import make_policy, make_run_env, resolve_device
 from roborl.compiling import maybe_compile
 from roborl.config import Config
+from roborl.distributed import SEED_STRIDE  # worker i: train.seed + (i + 1)·SEED_STRIDE
 from roborl.errors import UserError
 from roborl.rollout import collect, record_episodes
 
-SEED_STRIDE = 100_000  # worker i seeds its envs and sampling with train.seed + (i + 1)·SEED_STRIDE
 RESTART_SEED = 7919  # a replacement worker adds this per replacement, so it does not replay the dead one
 
 
@@ -81,8 +80,7 @@ class EnvWorker:
         return {"observation_space": e.observation_space, "action_space": e.action_space,
                 "label_names": e.label_names, "reward_term_names": e.reward_term_names,
                 "max_episode_steps": e.max_episode_steps, "control_dt": e.control_dt,
-                "action_scaling": e.action_scaling(), "pid": os.getpid(),
-                "resources": ray_resources()}
+                "action_scaling": e.action_scaling(), "resources": ray_resources()}
 
     def reset(self, seed: int | None, options: dict | None = None) -> dict:
         self.obs = self.env.reset(seed=seed, **({"options": options} if options else {}))
@@ -106,7 +104,6 @@ class EnvWorker:
 
     def rollout(self, weights: dict[str, torch.Tensor], version: int) -> dict:
         """`train.rollout_steps` steps with the policy of `version`, from where the last one stopped."""
-        start = time.time()
         self.load(weights, version)
         c = self.cfg
         if self.buffer is None:
@@ -128,7 +125,7 @@ class EnvWorker:
                 "extras": b.extras, "rewards": b.rewards, "dones": b.dones, "costs": b.costs,
                 "cost_values": b.cost_values, "last_obs": self.obs, "last_value": last_value,
                 "last_cost_value": last_cost_value, "episodes": episodes, "violations": violations[0],
-                "version": version, "seconds": time.time() - start}
+                "version": version}
 
     def close(self) -> None:
         self.env.close()
@@ -232,7 +229,7 @@ class WorkerPool:
         weights. A worker that died is replaced and collects its rollout again with the current weights."""
         out = []
         for i in range(len(self.workers)):
-            while not self.inflight[i]:
+            if not self.inflight[i]:
                 self.submit(i)
             while self.inflight[i]:
                 ref = self.inflight[i].popleft()

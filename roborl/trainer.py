@@ -227,24 +227,31 @@ class Trainer:
         self.train_violations += record_episodes(self.episodes, info)
 
     def iterate(self, total_iters: int) -> dict[str, float]:
-        """One PPO iteration: a rollout of T steps, GAE with bootstrapped time-outs, the update."""
+        """One PPO iteration: a rollout of T steps with its advantages (`collect_rollout`), the update."""
         cfg = self.cfg
-        if self.buffer is None:
-            self.buffer = RolloutBuffer(cfg.train.rollout_steps, self.env.num_envs, self.device, self.gae)
-        buffer = self.buffer
         if cfg.algo.anneal_lr:
             self.algo.set_lr(cfg.algo.lr * (1 - self.iteration / total_iters))
         collect_start = time.time()
-        safe = self.lagrangian is not None
-        obs = collect(self.policy, self.env, buffer, self.obs, self.act, cfg.algo.gamma, self.record_episodes, safe)
-        with torch.no_grad():
-            buffer.finish(self.policy.value(obs), cfg.algo.gamma, cfg.algo.gae_lambda,
-                          self.policy.cost_value(obs) if safe else None)
-        if safe and self.episodes.get("cost"):
-            self.algo.lagrange = self.lagrangian.update(sum(self.episodes["cost"]) / len(self.episodes["cost"]))
-        self.obs = obs
+        buffer = self.collect_rollout()
         collect_time = time.time() - collect_start
+        if self.lagrangian is not None and self.episodes.get("cost"):
+            self.algo.lagrange = self.lagrangian.update(sum(self.episodes["cost"]) / len(self.episodes["cost"]))
         stats = self.algo.update(buffer, self.generator, train_actor=self.iteration >= cfg.algo.critic_warmup)
         self.update_normalizer(buffer.obs)
         stats["collect_sps"] = buffer.T * buffer.N * cfg.env.action_chunk / collect_time
         return stats
+
+    def collect_rollout(self) -> RolloutBuffer:
+        """T steps from `self.obs` on, and GAE with bootstrapped time-outs (roborl/ray_trainer.py gathers
+        them from its Ray env workers instead)."""
+        cfg = self.cfg
+        if self.buffer is None:
+            self.buffer = RolloutBuffer(cfg.train.rollout_steps, self.env.num_envs, self.device, self.gae)
+        buffer = self.buffer
+        safe = self.lagrangian is not None
+        self.obs = collect(self.policy, self.env, buffer, self.obs, self.act, cfg.algo.gamma, self.record_episodes,
+                           safe)
+        with torch.no_grad():
+            buffer.finish(self.policy.value(self.obs), cfg.algo.gamma, cfg.algo.gae_lambda,
+                          self.policy.cost_value(self.obs) if safe else None)
+        return buffer

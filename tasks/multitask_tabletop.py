@@ -23,6 +23,7 @@ from tasks.arm import CUBE_HALF, ArmEnv
 from tasks.cube import Cube
 from tasks.language import DIRECTION_XY, DIRECTIONS, MAX_WORDS, TARGET_COLORS, TARGET_RGBA, TASK_NAMES, TEMPLATES
 from tasks.language import instructions as make_instructions
+from tasks.push import CubePushing
 
 CUBE_LOW, CUBE_HIGH = [0.45, -0.12], [0.6, 0.12]
 BALL_LOW, BALL_HIGH = [0.4, -0.25, 0.08], [0.7, 0.25, 0.3]
@@ -61,7 +62,7 @@ def segment_distance(p: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch
     return (a + t.clamp(0, 1) * ab - p).norm(dim=-1)
 
 
-class LangTabletopEnv(ArmEnv):
+class LangTabletopEnv(CubePushing, ArmEnv):
     scene = "multitask_tabletop.xml"  # two cubes of equal mass
     episode_length = 100
     label_names = ("success", "grasped", "touching")
@@ -128,16 +129,6 @@ class LangTabletopEnv(ArmEnv):
             self.instructions[i] = text
 
     # ---- what the task asks for ------------------------------------------------------------------
-    @property
-    def push_direction(self) -> torch.Tensor:
-        """Unit vector from the instructed cube to its push goal (xy)."""
-        d = self.goal[:, :2] - self.cube.pos[:, :2]
-        return d / d.norm(dim=-1, keepdim=True).clamp(min=1e-6)
-
-    def push_pose(self) -> torch.Tensor:
-        xy = self.cube.pos[:, :2] - self.push_direction * (CUBE_HALF + 0.02)
-        return torch.cat([xy, torch.full_like(xy[:, :1], 0.015)], -1)
-
     @property
     def stack_target(self) -> torch.Tensor:
         return self.other.pos + torch.tensor([0, 0, 2 * CUBE_HALF], dtype=torch.float64)

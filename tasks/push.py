@@ -14,7 +14,22 @@ CUBE_LOW, CUBE_HIGH = [0.4, -0.15], [0.55, 0.15]
 SUCCESS_DIST = 0.025
 
 
-class PushEnv(ArmEnv):
+class CubePushing:
+    """Where to push from, for a task with a `cube` and a `goal` (N×3): the scripted experts' geometry."""
+
+    @property
+    def push_direction(self) -> torch.Tensor:
+        """Unit vector from the cube to its goal (xy)."""
+        d = self.goal[:, :2] - self.cube.pos[:, :2]
+        return d / d.norm(dim=-1, keepdim=True).clamp(min=1e-6)
+
+    def push_pose(self) -> torch.Tensor:
+        """Where the TCP should be to push the cube toward the goal: just behind it, low."""
+        xy = self.cube.pos[:, :2] - self.push_direction * (CUBE_HALF + 0.02)
+        return torch.cat([xy, torch.full_like(xy[:, :1], 0.015)], -1)
+
+
+class PushEnv(CubePushing, ArmEnv):
     """The goal lies 0.1-0.15 m from the cube, within 30 degrees of straight ahead (+x)."""
 
     scene = "push.xml"
@@ -34,16 +49,6 @@ class PushEnv(ArmEnv):
         self.cube.place(ids, xy)
         angle, dist = self.uniform(len(ids), [-math.pi / 6, 0.1], [math.pi / 6, 0.15]).unbind(-1)
         self.goal[ids, :2] = xy + dist[:, None] * torch.stack([angle.cos(), angle.sin()], -1)
-
-    @property
-    def push_direction(self) -> torch.Tensor:
-        d = self.goal[:, :2] - self.cube.pos[:, :2]
-        return d / d.norm(dim=-1, keepdim=True).clamp(min=1e-6)
-
-    def push_pose(self) -> torch.Tensor:
-        """Where the TCP should be to push the cube toward the goal: just behind it, low."""
-        xy = self.cube.pos[:, :2] - self.push_direction * (CUBE_HALF + 0.02)
-        return torch.cat([xy, torch.full_like(xy[:, :1], 0.015)], -1)
 
     def _state_obs(self) -> torch.Tensor:
         c = self.cube.pos

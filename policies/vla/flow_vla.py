@@ -15,11 +15,11 @@ from policies.act import Act
 from policies.flow import FlowPolicy
 from policies.vla.backbone import VLABackbone, build_backbone, instructions
 from policies.vla.heads import ValueHead
-from policies.vla.io import load_policy, save_policy
+from policies.vla.io import BackbonePolicy
 from policies.vla.spec import VLASpec
 
 
-class FlowVLAPolicy(FlowPolicy):
+class FlowVLAPolicy(BackbonePolicy, FlowPolicy):
     kind = "flow_vla"
 
     def __init__(self, spec: VLASpec, state_dim: int, action_dim: int, horizon: int = 4, execute: int = 1, *,
@@ -78,17 +78,3 @@ class FlowVLAPolicy(FlowPolicy):
         tau = torch.rand(actions.shape[0], m, device=actions.device)
         eps = torch.randn(actions.shape[0], m, *actions.shape[1:], device=actions.device)
         return self.cfm_loss(self.cond(obs), actions, tau, eps).mean()
-
-    def update_normalizer(self, obs: dict) -> None:
-        self.backbone.update_normalizer(obs)
-
-    def fit_normalizer(self, states: torch.Tensor) -> None:
-        self.backbone.fit_normalizer(states)
-
-    # ---- saving ---------------------------------------------------------------------------------
-    def save_pretrained(self, directory: str) -> None:
-        save_policy(self, directory)
-
-    @classmethod
-    def from_pretrained(cls, directory: str) -> "FlowVLAPolicy":
-        return load_policy(cls, directory)

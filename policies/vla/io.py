@@ -16,6 +16,7 @@ import json
 import os
 from pathlib import Path
 
+import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
@@ -53,3 +54,21 @@ def load_policy(cls: type, directory: str | Path) -> nn.Module:
     policy = cls(spec, backbone=backbone, **meta["args"])
     load_model(policy, str(src / "model.safetensors"), strict=True)
     return policy
+
+
+class BackbonePolicy:
+    """What both VLA families do the same way through their `backbone`: the proprio normalizer, and saving
+    and loading the whole policy as one directory (mixed in before the policy's base class)."""
+
+    def update_normalizer(self, obs: dict) -> None:
+        self.backbone.update_normalizer(obs)
+
+    def fit_normalizer(self, states: torch.Tensor) -> None:
+        self.backbone.fit_normalizer(states)
+
+    def save_pretrained(self, directory: str) -> None:
+        save_policy(self, directory)
+
+    @classmethod
+    def from_pretrained(cls, directory: str) -> nn.Module:
+        return load_policy(cls, directory)

@@ -16,11 +16,11 @@ from torch import nn
 from policies.act import Act
 from policies.vla.backbone import VLABackbone, build_backbone, instructions
 from policies.vla.heads import ValueHead
-from policies.vla.io import load_policy, save_policy
+from policies.vla.io import BackbonePolicy
 from policies.vla.spec import VLASpec
 
 
-class TokenVLAPolicy(nn.Module):
+class TokenVLAPolicy(BackbonePolicy, nn.Module):
     kind = "token_vla"
 
     def __init__(self, spec: VLASpec, state_dim: int, action_dim: int, horizon: int = 1, execute: int = 1,
@@ -135,17 +135,3 @@ class TokenVLAPolicy(nn.Module):
         bins = self.discretize(actions)
         logits, _ = self.teacher_forced(obs, self.text_ids(obs), bins)
         return nn.functional.cross_entropy(logits.flatten(0, 1), bins.flatten())
-
-    def update_normalizer(self, obs: dict) -> None:
-        self.backbone.update_normalizer(obs)
-
-    def fit_normalizer(self, states: torch.Tensor) -> None:
-        self.backbone.fit_normalizer(states)
-
-    # ---- saving ---------------------------------------------------------------------------------
-    def save_pretrained(self, directory: str) -> None:
-        save_policy(self, directory)
-
-    @classmethod
-    def from_pretrained(cls, directory: str) -> "TokenVLAPolicy":
-        return load_policy(cls, directory)
