@@ -1,7 +1,7 @@
-"""Behaviour cloning: `roborl bc CONFIG` fits a diffusion or flow policy to demonstrations (action chunks
-of `policy.horizon`, `env.obs_history` states, normalizer fitted on the demos), evaluates it in the
-simulator every `bc.eval_every` steps and writes checkpoints in the RL format, so `policy.init` of an RL
-config can start from them."""
+"""Behaviour cloning: `roborl bc CONFIG` fits a diffusion, flow or VLA policy to demonstrations (action
+chunks of `policy.horizon`, `env.obs_history` states, normalizer fitted on the demos; VLAs also get each
+step's image and its episode's instruction), evaluates it in the simulator every `bc.eval_every` steps and
+writes checkpoints in the RL format, so `policy.init` of an RL config can start from them."""
 from __future__ import annotations
 
 import math
@@ -11,10 +11,10 @@ import time
 import torch
 import yaml
 
-from roborl.builder import make_env, make_policy, resolve_device
+from roborl.builder import VLA_KINDS, load_pretrained, make_env, make_policy, resolve_device
 from roborl.checkpoint import save_checkpoint
 from roborl.config import Config, config_to_dict
-from roborl.demos import load_demos
+from roborl.demos import DemoWindows, load_demos
 from roborl.errors import UserError
 from roborl.evaluate import evaluate
 from roborl.logger import Logger
@@ -24,14 +24,18 @@ from roborl.trainer import new_run_dir, write_json
 
 def train_bc(cfg: Config) -> dict:
     b, t = cfg.bc, cfg.train
-    if cfg.policy.kind not in ("diffusion", "flow"):
-        raise UserError(f"roborl bc trains diffusion or flow policies; policy.kind is '{cfg.policy.kind}'")
+    vla = cfg.policy.kind in VLA_KINDS
+    if cfg.policy.kind not in ("diffusion", "flow", *VLA_KINDS):
+        raise UserError(f"roborl bc trains diffusion, flow, token_vla or flow_vla policies; policy.kind is "
+                        f"'{cfg.policy.kind}'")
+    if vla and cfg.env.obs_mode != "rgb":
+        raise UserError(f"a {cfg.policy.kind} policy sees images: set env.obs_mode rgb (it is '{cfg.env.obs_mode}')")
     if not b.demos:
         raise UserError("bc.demos is empty: set it to a directory written by `roborl demos TASK --out DIR`")
     device = resolve_device(t.device)
     torch.set_num_threads(t.threads or max(1, (os.cpu_count() or 1) // 2))
     torch.manual_seed(t.seed)
-    data = load_demos(b.demos, cfg.env.obs_history, cfg.policy.horizon, b.max_episodes, b.success_only)
+    data = load_demos(b.demos, cfg.env.obs_history, cfg.policy.horizon, b.max_episodes, b.success_only, images=vla)
     demo_env = data.env_args.get("env_id")
     if demo_env and demo_env != cfg.env.id:
         raise UserError(f"the demonstrations were recorded on '{demo_env}' but env.id is '{cfg.env.id}'")
@@ -40,9 +44,13 @@ def train_bc(cfg: Config) -> dict:
     if data.obs.shape[1] != env.observation_space["state"].shape[0]:
         raise UserError(f"demonstration states have {data.obs.shape[1]} dims but the env's have "
                         f"{env.observation_space['state'].shape[0]}: record the demos with this env's settings")
+    if cfg.policy.init:  # go on from an earlier SFT run's weights
+        load_pretrained(policy, cfg.policy.init)
     policy.fit_normalizer(data.obs.to(device))
-    obs, actions = data.obs.to(device), data.actions.to(device)
-    optimizer = torch.optim.AdamW(policy.denoiser.parameters(), lr=b.lr, weight_decay=b.weight_decay)
+    batch = demo_batches(data, policy, device)
+    actions = data.actions.to(device)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=b.lr, weight_decay=b.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 * (1 + math.cos(math.pi * min(s / b.steps, 1))))
     run_dir = new_run_dir(cfg, f"bc_{cfg.env.id.replace('/', '_')}")
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
@@ -53,11 +61,11 @@ def train_bc(cfg: Config) -> dict:
     summary: dict = {}
     try:
         for step in range(1, b.steps + 1):
-            idx = torch.randint(0, len(obs), (b.batch_size,), device=device, generator=gen)
-            loss = policy.bc_loss({"state": obs[idx]}, actions[idx])
+            idx = torch.randint(0, len(actions), (b.batch_size,), device=device, generator=gen)
+            loss = policy.bc_loss(batch(idx), actions[idx])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.denoiser.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             schedule.step()
             if step % 100 == 0:
@@ -79,7 +87,7 @@ def train_bc(cfg: Config) -> dict:
                     save_checkpoint(run_dir / "checkpoints" / "best.safetensors", policy, None, config_to_dict(cfg), state)
                 save_checkpoint(run_dir / "checkpoints" / "last.safetensors", policy, None, config_to_dict(cfg), state)
                 summary = {"success_rate": result["success_rate"], "best_success_rate": best, "bc_steps": step,
-                           "demo_episodes": data.episodes, "demo_windows": len(obs), "wall_time_s": round(wall, 2),
+                           "demo_episodes": data.episodes, "demo_windows": len(actions), "wall_time_s": round(wall, 2),
                            "env": cfg.env.id, "run_dir": str(run_dir), "eval_history": history}
                 write_json(run_dir / "summary.json", summary)
                 plot_curves(run_dir / "eval_curve.png", {"deterministic eval": [(s, r) for s, _, r in history]},
@@ -88,3 +96,22 @@ def train_bc(cfg: Config) -> dict:
         logger.close()
         env.close()
     return summary
+
+
+def demo_batches(data: DemoWindows, policy: torch.nn.Module, device: torch.device):
+    """`batch(idx)`: the observations of demo windows `idx` as the policy reads them. For a VLA these are
+    the current frame, the proprio state and the instruction's prompt tokens (tokenized once per distinct
+    instruction); the frames stay on the CPU as uint8 and only a batch moves to `device`."""
+    states = data.obs.to(device)
+    if data.rgb is None:
+        return lambda idx: {"state": states[idx]}
+    texts = sorted(set(data.instructions))
+    prompt_ids = policy.backbone.encode_text(texts, device)
+    row = {text: i for i, text in enumerate(texts)}
+    which = torch.tensor([row[text] for text in data.instructions], device=device)
+    rgb = data.rgb
+
+    def batch(idx: torch.Tensor) -> dict:
+        return {"state": states[idx], "rgb": rgb[idx.cpu()].to(device), "text_ids": prompt_ids[which[idx]]}
+
+    return batch

@@ -37,7 +37,8 @@ def _demos(args: argparse.Namespace) -> int:
 
     env_id = args.task if "/" in args.task else f"mujoco/{args.task}"
     result = record_demos(env_id, args.episodes, args.out, num_envs=args.envs, seed=args.seed, rgb=args.rgb,
-                          render_size=(args.size, args.size), action_noise=args.noise, progress=not args.quiet)
+                          render_size=(args.size, args.size), action_noise=args.noise, progress=not args.quiet,
+                          episode_length=args.episode_length)
     print(json.dumps(result))
     return 0
 
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("config", nargs="?", help="configs/*.yaml (optional with resume=PATH)")
     p.add_argument("overrides", nargs="*", help="e.g. train.total_steps=200000 env.num_envs=128 resume=PATH")
     p.set_defaults(func=_train)
-    p = sub.add_parser("bc", help="behaviour cloning of a diffusion / flow policy on demonstrations")
+    p = sub.add_parser("bc", help="behaviour cloning of a diffusion, flow or VLA policy on demonstrations")
     p.add_argument("config", help="configs/bc_*.yaml")
     p.add_argument("overrides", nargs="*", help="e.g. bc.steps=5000 bc.max_episodes=10")
     p.set_defaults(func=_bc)
@@ -172,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rgb", action="store_true", help="also record obs/rgb frames")
     p.add_argument("--size", type=int, default=64, help="rgb frame size")
     p.add_argument("--noise", type=float, default=0.0, help="std of Gaussian noise added to the expert's actions")
+    p.add_argument("--episode-length", type=int, help="control steps per episode (default: the task's)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_demos)
     p = sub.add_parser("eval", help="evaluate checkpoints deterministically; over tasks and seeds with --out DIR")

@@ -38,7 +38,7 @@ def demos_file(path: str | Path) -> Path:
 @torch.no_grad()
 def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16, seed: int = 0,
                  rgb: bool = False, render_size: tuple[int, int] = (64, 64), action_noise: float = 0.0,
-                 progress: bool = True) -> dict:
+                 progress: bool = True, episode_length: int | None = None) -> dict:
     """Runs the task's scripted expert on `num_envs` envs until `episodes` episodes have ended and writes
     them (successful or not) to `out/demos.hdf5`. `action_noise` adds Gaussian noise to the expert's
     actions (a sloppier demonstrator). Written to a temporary file and renamed: no half-written file."""
@@ -46,7 +46,10 @@ def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16
 
     if env_id not in tasks.EXPERTS:
         raise UserError(f"no scripted expert for '{env_id}'; tasks with experts: {', '.join(tasks.EXPERTS)}")
-    env = sim.make(env_id, num_envs, seed=seed, obs_mode="rgb" if rgb else "state", render_size=render_size)
+    if episode_length is not None and episode_length < 1:
+        raise UserError(f"--episode-length must be >= 1, got {episode_length}")
+    length = {} if episode_length is None else {"episode_length": episode_length}
+    env = sim.make(env_id, num_envs, seed=seed, obs_mode="rgb" if rgb else "state", render_size=render_size, **length)
     expert = tasks.EXPERTS[env_id](env)
     gen = torch.Generator().manual_seed(seed)
     path = demos_file(out)

@@ -12,7 +12,8 @@ from tasks.stack import StackEnv, StackExpert
 EXPERTS = {"mujoco/Reach": ReachExpert, "mujoco/Push": PushExpert,
            "mujoco/PickPlace": PickPlaceExpert, "mujoco/Stack": StackExpert, "mujoco/Sequence": SequenceExpert,
            "mujoco/ReachAvoid": ReachAvoidExpert, "mujoco/LangTabletop": LangTabletopExpert,
-           **{f"mujoco/LangTabletop-{t.capitalize()}": LangTabletopExpert for t in LANG_TASKS}}
+           **{f"mujoco/{family}{task}": LangTabletopExpert for family in ("LangTabletop", "LangTabletopFixed")
+              for task in ("", *(f"-{t.capitalize()}" for t in LANG_TASKS), "-ReachPushLift")}}
 
 __all__ = ["EXPERTS", "LangTabletopEnv", "LangTabletopExpert", "LANG_TASKS",
            "PickPlaceEnv", "PushEnv", "ReachAvoidEnv", "ReachEnv", "SequenceEnv", "StackEnv",

@@ -11,6 +11,12 @@ Observations: `rgb` (N×H×W×3 uint8, 64×64 by default), `state` (propriocepti
 velocities, gripper, TCP; the objects are seen only in the image), `instruction` (N strings) and
 `task_id` (N, index into `TASK_NAMES`). `privileged_state=True` appends the objects and the goal to
 `state` (debugging, state-only baselines; the default with `obs_mode="state"`, where there is no image).
+
+Layouts: by default the cubes and balls are placed anywhere in their ranges, so the policy must find them
+in the image. With `layout_jitter=J` (the `mujoco/LangTabletopFixed-*` ids, J = 2 cm) every object has its
+own place, moved by up to ±J per axis at each reset, as LIBERO's initial states are: the instruction says
+which object and what to do, and the image refines where it is. Tiny VLAs trained from scratch on a CPU
+learn this in minutes; the random layout needs a pretrained vision encoder.
 """
 from __future__ import annotations
 
@@ -32,6 +38,9 @@ LIFT_HEIGHT = 0.06  # metres the lifted cube's centre rises above its resting he
 SUCCESS_DIST = 0.03
 MIN_SEPARATION = 0.08  # between the cubes, and between the other cube and a push's path
 HIDDEN = (0.35, 0.0, -0.3)  # under the table top: where the balls wait outside reach episodes
+# the fixed layout (`layout_jitter`): each object at its own place, moved by up to ± the jitter per axis
+LAYOUT_CUBES = ((0.52, -0.11), (0.52, 0.11))  # red, blue
+LAYOUT_BALLS = ((0.48, -0.18, 0.12), (0.62, 0.0, 0.22), (0.48, 0.18, 0.12))  # green, yellow, purple
 TEMPLATE_COUNTS = torch.tensor([len(TEMPLATES[t]) for t in TASK_NAMES])
 REACH, PUSH, LIFT, STACK = (TASK_NAMES.index(t) for t in ("reach", "push", "lift", "stack"))
 
@@ -69,7 +78,7 @@ class LangTabletopEnv(CubePushing, ArmEnv):
 
     def __init__(self, num_envs: int = 1, *, tasks: tuple[str, ...] | list[str] | str | None = None,
                  privileged_state: bool | None = None, obs_mode: str = "rgb",
-                 render_size: tuple[int, int] = (64, 64), **kwargs) -> None:
+                 render_size: tuple[int, int] = (64, 64), layout_jitter: float | None = None, **kwargs) -> None:
         names = tuple(tasks.split(",")) if isinstance(tasks, str) else tuple(tasks or TASK_NAMES)
         unknown = [t for t in names if t not in TASK_NAMES]
         if unknown or not names:
@@ -77,6 +86,8 @@ class LangTabletopEnv(CubePushing, ArmEnv):
         self.task_names = names
         self.active = torch.tensor([TASK_NAMES.index(t) for t in names])
         self.privileged = obs_mode == "state" if privileged_state is None else privileged_state
+        self.layout_jitter = layout_jitter
+        kwargs.setdefault("camera", "workspace")  # high and close: the cubes and balls are seen beside the gripper
         super().__init__(num_envs, obs_mode=obs_mode, render_size=render_size, **kwargs)
 
     def _setup(self) -> None:
@@ -103,6 +114,22 @@ class LangTabletopEnv(CubePushing, ArmEnv):
         template = (torch.rand(n, generator=g) * TEMPLATE_COUNTS[task]).long()
         color, target = torch.randint(2, (n,), generator=g), torch.randint(len(TARGET_COLORS), (n,), generator=g)
         direction, word = torch.randint(len(DIRECTIONS), (n,), generator=g), torch.randint(MAX_WORDS, (n,), generator=g)
+        if self.layout_jitter is None:
+            a, b, balls = self._random_layout(n, direction)
+        else:
+            a, b, balls = self._fixed_layout(n, color)
+        red = torch.where(color[:, None] == 0, a, b)
+        blue = torch.where(color[:, None] == 0, b, a)
+        self.cubes[0].place(ids, red)
+        self.cubes[1].place(ids, blue)
+        self.task_id[ids], self.color[ids], self.target[ids], self.direction[ids] = task, color, target, direction
+        self.balls[ids] = torch.where((task == REACH)[:, None, None], balls, torch.tensor(HIDDEN, dtype=torch.float64))
+        self.start[ids, :2], self.start[ids, 2] = a, CUBE_HALF
+        for i, text in zip(ids.tolist(), make_instructions(task, template, color, target, direction, word)):
+            self.instructions[i] = text
+
+    def _random_layout(self, n: int, direction: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The instructed cube's xy, the other's, and the three balls (n×3×3), anywhere in their ranges."""
         push = torch.tensor(DIRECTION_XY, dtype=torch.float64)[direction] * PUSH_DIST
         a = self.uniform(n, CUBE_LOW, CUBE_HIGH)
         b = self.uniform(n, CUBE_LOW, CUBE_HIGH)
@@ -118,15 +145,16 @@ class LangTabletopEnv(CubePushing, ArmEnv):
             if not close.any():
                 break
             balls[close] = self.uniform(int(close.sum()), BALL_LOW, BALL_HIGH)
-        red = torch.where(color[:, None] == 0, a, b)
-        blue = torch.where(color[:, None] == 0, b, a)
-        self.cubes[0].place(ids, red)
-        self.cubes[1].place(ids, blue)
-        self.task_id[ids], self.color[ids], self.target[ids], self.direction[ids] = task, color, target, direction
-        self.balls[ids] = torch.where((task == REACH)[:, None, None], balls, torch.tensor(HIDDEN, dtype=torch.float64))
-        self.start[ids, :2], self.start[ids, 2] = a, CUBE_HALF
-        for i, text in zip(ids.tolist(), make_instructions(task, template, color, target, direction, word)):
-            self.instructions[i] = text
+        return a, b, balls
+
+    def _fixed_layout(self, n: int, color: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The same, each object at its own place plus up to ±layout_jitter per axis."""
+        j = self.layout_jitter
+        cubes = torch.tensor(LAYOUT_CUBES, dtype=torch.float64)
+        jitter = self.uniform(n * 2, [-j, -j], [j, j]).view(n, 2, 2)
+        a, b = cubes[color] + jitter[:, 0], cubes[1 - color] + jitter[:, 1]
+        balls = torch.tensor(LAYOUT_BALLS, dtype=torch.float64) + self.uniform(n * 3, [-j] * 3, [j] * 3).view(n, 3, 3)
+        return a, b, balls
 
     # ---- what the task asks for ------------------------------------------------------------------
     @property
@@ -199,11 +227,19 @@ class LangTabletopEnv(CubePushing, ArmEnv):
         return [(self.balls[:, i], TARGET_RGBA[i], 0.025) for i in range(len(TARGET_COLORS))]
 
 
-def make_lang_tabletop(num_envs: int = 1, **kwargs) -> LangTabletopEnv:
-    return LangTabletopEnv(num_envs, **kwargs)
+FIXED_JITTER = 0.02  # metres, per axis, of the LangTabletopFixed ids
 
 
-register("mujoco/LangTabletop")(make_lang_tabletop)
-for _name in TASK_NAMES:  # one task alone, e.g. mujoco/LangTabletop-Push (a config cannot pass `tasks=`)
-    register(f"mujoco/LangTabletop-{_name.capitalize()}")(
-        lambda num_envs=1, _task=_name, **kwargs: LangTabletopEnv(num_envs, tasks=(_task,), **kwargs))
+def register_variants(prefix: str, jitter: float | None) -> None:
+    """`mujoco/<prefix>` (all tasks), one id per task (e.g. `-Push`: a config cannot pass `tasks=`) and
+    `-ReachPushLift` (the three tasks the VLA configs learn; stack is much harder)."""
+    variants = {"": TASK_NAMES, **{f"-{t.capitalize()}": (t,) for t in TASK_NAMES},
+                "-ReachPushLift": ("reach", "push", "lift")}
+    for suffix, names in variants.items():
+        register(f"mujoco/{prefix}{suffix}")(
+            lambda num_envs=1, _tasks=names, **kwargs: LangTabletopEnv(
+                num_envs, **{"tasks": _tasks, "layout_jitter": jitter, **kwargs}))
+
+
+register_variants("LangTabletop", None)
+register_variants("LangTabletopFixed", FIXED_JITTER)

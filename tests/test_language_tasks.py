@@ -111,3 +111,27 @@ def test_demos_keep_instructions_and_images(tmp_path):
     w = load_demos(tmp_path, success_only=False, images=True)
     assert len(w.instructions) == len(w.obs) == w.rgb.shape[0] == sum(lengths)
     assert w.instructions[0] == names[0] and w.instructions[-1] == names[-1]
+
+
+def test_fixed_layout_keeps_each_object_near_its_place_and_the_expert_solves_it():
+    from tasks.multitask_tabletop import FIXED_JITTER, LAYOUT_BALLS, LAYOUT_CUBES
+
+    env = sim.make("mujoco/LangTabletopFixed-ReachPushLift", 32, obs_mode="state", episode_length=60, seed=1)
+    obs = env.reset(seed=1)
+    raw = env.unwrapped
+    assert set(raw.task_id.tolist()) == {0, 1, 2}  # reach, push, lift; never stack
+    for cube, place in zip(raw.cubes, LAYOUT_CUBES):
+        offset = cube.pos[:, :2] - torch.tensor(place, dtype=torch.float64)
+        assert offset.abs().max() <= FIXED_JITTER + 1e-3 and offset.std() > FIXED_JITTER / 4
+    reach = raw.task_id == 0
+    offset = raw.balls[reach] - torch.tensor(LAYOUT_BALLS, dtype=torch.float64)
+    assert offset.abs().max() <= FIXED_JITTER + 1e-9
+    free = sim.make("mujoco/LangTabletop-ReachPushLift", 32, obs_mode="state", seed=1)
+    free.reset(seed=1)
+    spread = (free.unwrapped.cubes[0].pos[:, :2] - torch.tensor(LAYOUT_CUBES[0], dtype=torch.float64)).abs().max()
+    assert spread > 3 * FIXED_JITTER  # the default layout is not the fixed one
+    expert = LangTabletopExpert(env)
+    expert.reset()
+    for _ in range(60):
+        obs, _, _, _, info = env.step(expert.act(obs))
+    assert info["episode"]["success_at_end"].float().mean() >= 0.9

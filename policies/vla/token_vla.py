@@ -63,8 +63,10 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
 
     # ---- forward passes -------------------------------------------------------------------------
     def text_ids(self, obs: dict, extras: dict | None = None) -> torch.Tensor:
-        if extras is not None and "text_ids" in extras:
-            return extras["text_ids"]
+        """The prompt tokens: stored at `act` (extras), given with the observations, or tokenized here."""
+        for source in (extras or {}, obs):
+            if "text_ids" in source:
+                return source["text_ids"]
         return self.backbone.encode_text(instructions(obs), obs["state"].device)
 
     def teacher_forced(self, obs: dict, text_ids: torch.Tensor,

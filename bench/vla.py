@@ -1,0 +1,129 @@
+"""VLA fine-tuning on LangTabletop (reach a named ball, push a named cube in a named direction, lift a named
+cube; 64×64 images, instructions, proprio): SFT of each family on scripted demos, then PPO and GRPO from
+the SFT checkpoint. Every stage runs as its own `roborl` process, so its peak memory is that process's.
+
+Prints, per family and algorithm, the success of the SFT start and of the RL result on each task and on
+their average (deterministic eval, `--episodes` fresh episodes per task), with the env steps, wall time,
+peak memory and rollout frames/s of each stage. Writes `<run-dir>/vla.{json,md}`.
+
+Usage: python bench/vla.py [--run-dir runs/vla] [--episodes 50] [--families flow_vla token_vla]
+                           [--algorithms ppo grpo] [--reuse] [key=value ...]
+`--reuse` keeps every stage whose run already finished. Overrides go to every stage (e.g. train.threads=2).
+On 2 CPU cores: demos ≈ 3 min, SFT ≈ 10 min per family, each RL run ≈ 30 min.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = {"reach": "mujoco/LangTabletopFixed-Reach", "push": "mujoco/LangTabletopFixed-Push", "lift": "mujoco/LangTabletopFixed-Lift"}
+DEMO_ARGS = ["LangTabletopFixed-ReachPushLift", "--rgb", "--episode-length", "60", "--episodes", "300", "--envs", "30"]
+
+
+def run_stage(args: list[str], log: Path) -> dict:
+    """One `roborl` command in its own process: its exit status, wall time and peak RSS (MiB)."""
+    env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "roborl.cli", *args], cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"`roborl {' '.join(args)}` failed; see {log}")
+    return {"peak_mib": usage.ru_maxrss / 1024}
+
+
+def frames_per_second(run: Path) -> float | None:
+    """Mean rollout rate (env frames rendered and stepped per second of collection) from TensorBoard."""
+    acc = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
+    acc.Reload()
+    if "train/collect_sps" not in acc.Tags()["scalars"]:
+        return None
+    values = [e.value for e in acc.Scalars("train/collect_sps")]
+    return sum(values) / len(values)
+
+
+def per_task(checkpoint: Path, out: Path, episodes: int, log: Path) -> dict[str, float]:
+    if not (out / "eval.json").exists():
+        run_stage(["eval", str(checkpoint), "--tasks", *TASKS.values(), "--episodes", str(episodes),
+                   "--envs", str(min(episodes, 50)), "--no-video", "--out", str(out)], log)
+    report = json.loads((out / "eval.json").read_text())
+    scores = {name: report["tasks"][task]["success"]["mean"] for name, task in TASKS.items()}
+    scores["average"] = sum(scores.values()) / len(scores)
+    return scores
+
+
+def stage(name: str, command: list[str], runs: Path, reuse: bool) -> dict:
+    """Runs (or, with --reuse, keeps) one training stage; its summary plus the process measurements."""
+    run = runs / name
+    measured = run / "bench_stage.json"
+    if reuse and measured.exists():
+        return json.loads(measured.read_text())
+    print(f"running {name} ...", flush=True)
+    info = run_stage(command, runs / f"{name}.log")
+    summary = json.loads((run / "summary.json").read_text())
+    info.update(env_steps=summary.get("env_steps", 0), wall_s=summary["wall_time_s"],
+                frames_per_s=frames_per_second(run), best=summary.get("best_success_rate"))
+    measured.write_text(json.dumps(info, indent=2))
+    return info
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--run-dir", default="runs/vla")
+    p.add_argument("--episodes", type=int, default=50, help="eval episodes per task")
+    p.add_argument("--families", nargs="+", default=["flow_vla", "token_vla"])
+    p.add_argument("--algorithms", nargs="*", default=["ppo", "grpo"], help="none: SFT only")
+    p.add_argument("--reuse", action="store_true")
+    p.add_argument("overrides", nargs="*")
+    a = p.parse_args()
+    runs = Path(a.run_dir).resolve()
+    runs.mkdir(parents=True, exist_ok=True)
+    demos = runs / "demos"
+    if not (demos / "demos.hdf5").exists():
+        print("recording demos ...", flush=True)
+        run_stage(["demos", *DEMO_ARGS, "--out", str(demos), "--quiet"], runs / "demos.log")
+    common = [f"train.run_dir={runs}", "train.progress=false", *a.overrides]
+    rows = []
+    for family in a.families:
+        sft_name = f"sft_{family}"
+        sft = stage(sft_name, ["bc", f"configs/{sft_name}.yaml", f"bc.demos={demos}", *common], runs, a.reuse)
+        sft_ckpt = runs / sft_name / "checkpoints" / "best.safetensors"
+        sft_scores = per_task(sft_ckpt, runs / f"eval_{sft_name}", a.episodes, runs / f"eval_{sft_name}.log")
+        for algorithm in a.algorithms:
+            name = f"{algorithm}_{family}"
+            rl = stage(name, ["train", f"configs/{name}.yaml", f"policy.init={sft_ckpt}", *common], runs, a.reuse)
+            rl_ckpt = runs / name / "checkpoints" / "best.safetensors"
+            rl_scores = per_task(rl_ckpt, runs / f"eval_{name}", a.episodes, runs / f"eval_{name}.log")
+            rows.append({"family": family, "algorithm": algorithm, "sft": sft_scores, "rl": rl_scores,
+                         "sft_stage": sft, "rl_stage": rl})
+    (runs / "vla.json").write_text(json.dumps(rows, indent=2))
+    table = markdown(rows, a.episodes)
+    (runs / "vla.md").write_text(table + "\n")
+    print(table)
+
+
+def markdown(rows: list[dict], episodes: int) -> str:
+    names = [*TASKS, "average"]
+    head = ("| family | RL | " + " | ".join(f"{n} SFT → RL" for n in names) +
+            " | RL env steps | SFT / RL wall | SFT / RL peak memory | rollout frames/s |")
+    lines = [f"Success rates, deterministic, {episodes} episodes per task; RL from the SFT checkpoint.", "", head,
+             "|" + "---|" * (len(names) + 6)]
+    for r in rows:
+        cells = [f"{r['sft'][n]:.2f} → {r['rl'][n]:.2f} ({100 * (r['rl'][n] - r['sft'][n]):+.0f})" for n in names]
+        s, rl = r["sft_stage"], r["rl_stage"]
+        fps = f"{rl['frames_per_s']:.0f}" if rl.get("frames_per_s") else "n/a"
+        lines.append(f"| {r['family']} | {r['algorithm']} | " + " | ".join(cells) +
+                     f" | {rl['env_steps']:,} | {s['wall_s'] / 60:.1f} / {rl['wall_s'] / 60:.1f} min"
+                     f" | {s['peak_mib']:.0f} / {rl['peak_mib']:.0f} MiB | {fps} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""The VLA pipeline end to end on LangTabletop images: scripted demos with images and instructions ->
+`roborl bc` of both VLA families -> PPO and GRPO starting from the SFT checkpoint (`policy.init`), on
+tiny backbones and a few steps. Learning itself is `bench/vla.py`'s (minutes, not a test)."""
+import os
+
+import pytest
+import torch
+from helpers import ROOT
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+pytest.importorskip("transformers")
+
+from roborl.bc import demo_batches, train_bc  # noqa: E402
+from roborl.builder import make_env, make_policy  # noqa: E402
+from roborl.checkpoint import Checkpoint  # noqa: E402
+from roborl.config import load_config  # noqa: E402
+from roborl.demos import load_demos, record_demos  # noqa: E402
+from roborl.errors import UserError  # noqa: E402
+from roborl.off_policy import make_trainer  # noqa: E402
+
+TASK = "mujoco/LangTabletop-ReachPushLift"
+TINY = ["policy.vla.image_size=32", "policy.vla.vision_hidden=32", "policy.vla.hidden=32", "policy.vla.bins=16",
+        "policy.vla.max_text_tokens=64", "policy.vla.value_hidden=[16]", "policy.vla.expert_hidden=[64,64]"]
+FAMILIES = {"token_vla": ["policy.horizon=2"], "flow_vla": ["policy.horizon=4", "policy.steps=2"]}
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lang_demos")
+    record_demos(TASK, 6, out, num_envs=6, seed=1, rgb=True, render_size=(32, 32), progress=False, episode_length=20)
+    return out
+
+
+def config(kind: str, run_dir, *overrides: str):
+    env = [f"env.id={TASK}", "env.obs_mode=rgb", "env.render_size=[32,32]", "env.episode_length=20",
+           "env.action_chunk=2", "env.num_envs=8"]
+    train = ["train.threads=1", "train.eval_episodes=4", "train.eval_envs=4", "train.video=false",
+             "train.progress=false", f"train.run_dir={run_dir}"]
+    return load_config(None, [*env, *train, f"policy.kind={kind}", *FAMILIES[kind], *TINY, *overrides])
+
+
+@pytest.mark.parametrize("kind", list(FAMILIES))
+def test_sft_lowers_the_demo_loss_and_rl_starts_from_it(kind, demos, tmp_path):
+    cfg = config(kind, tmp_path, f"bc.demos={demos}", "bc.steps=60", "bc.eval_every=60", "bc.batch_size=16",
+                 "bc.lr=3e-3", "bc.success_only=false", f"train.name=sft_{kind}")
+    summary = train_bc(cfg)
+    assert summary["bc_steps"] == 60 and 0 <= summary["success_rate"] <= 1
+    assert summary["demo_windows"] == 6 * 20
+    best = tmp_path / f"sft_{kind}" / "checkpoints" / "best.safetensors"
+
+    # the SFT weights fit the demos better than the initial weights they started from
+    env = make_env(cfg.env, 1, 0, torch.device("cpu"))
+    data = load_demos(demos, 1, cfg.policy.horizon, success_only=False, images=True)
+    losses = {}
+    for name, state in (("start", None), ("sft", Checkpoint(best).policy_state)):
+        torch.manual_seed(cfg.train.seed)
+        policy = make_policy(cfg.policy, env, cfg.env.action_chunk)
+        if state is not None:
+            policy.load_state_dict(state)
+        batch = demo_batches(data, policy, torch.device("cpu"))
+        idx = torch.arange(len(data.actions))
+        torch.manual_seed(1)
+        with torch.no_grad():
+            losses[name] = policy.bc_loss(batch(idx), data.actions).item()
+    env.close()
+    assert losses["sft"] < 0.7 * losses["start"], losses
+
+    # PPO (value head) and GRPO (group resets, prompt tokens carried in extras) start from it
+    rl = ["policy.vla.detach_value=true", f"policy.init={best}", "train.rollout_steps=10", "train.total_steps=160",
+          "algo.epochs=1", "algo.minibatches=2", "train.eval_every=1"]
+    if kind == "flow_vla":
+        rl.append("policy.rl_mode=flow_noise")
+    for algorithm in ("ppo", "grpo"):
+        trainer = make_trainer(config(kind, tmp_path, *rl, f"train.algorithm={algorithm}", "grpo.group_size=4",
+                                      f"train.name={algorithm}_{kind}"))
+        out = trainer.train()
+        assert out["iterations"] == 1 and out["env_steps"] >= 160 and 0 <= out["success_rate"] <= 1, out
+        assert all(torch.isfinite(p).all() for p in trainer.policy.parameters())
+
+
+def test_vla_sft_needs_images(demos, tmp_path):
+    cfg = load_config(None, [f"env.id={TASK}", "env.obs_mode=state", "policy.kind=token_vla", f"bc.demos={demos}",
+                             f"train.run_dir={tmp_path}"])
+    with pytest.raises(UserError, match="a token_vla policy sees images: set env.obs_mode rgb"):
+        train_bc(cfg)
+
+
+@pytest.mark.parametrize("family", ["flow_vla", "token_vla"])
+def test_the_six_configs_load_and_rl_fits_its_sft_checkpoint(family):
+    """PPO and GRPO start from the SFT run's checkpoint: the same env, policy kind, horizon and backbone."""
+    sft = load_config(ROOT / f"configs/sft_{family}.yaml", [])
+    for algorithm in ("ppo", "grpo"):
+        rl = load_config(ROOT / f"configs/{algorithm}_{family}.yaml", [])
+        assert rl.train.algorithm == algorithm and rl.train.name == f"{algorithm}_{family}"
+        assert sft.train.name == f"sft_{family}" and rl.policy.init == f"runs/sft_{family}/checkpoints/best.safetensors"
+        assert (rl.env.id, rl.env.episode_length, rl.env.action_chunk, rl.env.obs_mode) == \
+               (sft.env.id, sft.env.episode_length, sft.env.action_chunk, "rgb")
+        assert (rl.policy.kind, rl.policy.horizon, rl.policy.steps) == (family, sft.policy.horizon, sft.policy.steps)
+        backbone = ("hidden", "layers", "vision_hidden", "image_size", "patch_size", "bins", "expert_hidden",
+                    "max_text_tokens", "finetune")
+        assert all(getattr(rl.policy.vla, k) == getattr(sft.policy.vla, k) for k in backbone)
+        if algorithm == "grpo":
+            assert rl.train.rollout_steps * rl.env.action_chunk == rl.env.episode_length
