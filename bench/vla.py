@@ -23,7 +23,7 @@ from pathlib import Path
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 ROOT = Path(__file__).resolve().parents[1]
-TASKS = {"reach": "mujoco/LangTabletopFixed-Reach", "push": "mujoco/LangTabletopFixed-Push", "lift": "mujoco/LangTabletopFixed-Lift"}
+TASKS = {name: f"mujoco/LangTabletopFixed-{name.capitalize()}" for name in ("reach", "push", "lift")}
 DEMO_ARGS = ["LangTabletopFixed-ReachPushLift", "--rgb", "--episode-length", "60", "--episodes", "300", "--envs", "30"]
 
 

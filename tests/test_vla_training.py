@@ -97,7 +97,8 @@ def test_the_six_configs_load_and_rl_fits_its_sft_checkpoint(family):
                (sft.env.id, sft.env.episode_length, sft.env.action_chunk, "rgb")
         assert (rl.policy.kind, rl.policy.horizon, rl.policy.steps) == (family, sft.policy.horizon, sft.policy.steps)
         backbone = ("hidden", "layers", "vision_hidden", "image_size", "patch_size", "bins", "expert_hidden",
-                    "max_text_tokens", "finetune")
+                    "max_text_tokens")
         assert all(getattr(rl.policy.vla, k) == getattr(sft.policy.vla, k) for k in backbone)
+        assert rl.policy.vla.finetune in ("frozen", sft.policy.vla.finetune)  # the same weights, maybe frozen
         if algorithm == "grpo":
             assert rl.train.rollout_steps * rl.env.action_chunk == rl.env.episode_length
