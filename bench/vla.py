@@ -99,7 +99,7 @@ def main() -> None:
         for algorithm in a.algorithms:
             name = f"{algorithm}_{family}"
             rl = stage(name, ["train", f"configs/{name}.yaml", f"policy.init={sft_ckpt}", *common], runs, a.reuse)
-            rl_ckpt = runs / name / "checkpoints" / "best.safetensors"
+            rl_ckpt = runs / name / "checkpoints" / "last.safetensors"  # best may be the start itself
             rl_scores = per_task(rl_ckpt, runs / f"eval_{name}", a.episodes, runs / f"eval_{name}.log")
             rows.append({"family": family, "algorithm": algorithm, "sft": sft_scores, "rl": rl_scores,
                          "sft_stage": sft, "rl_stage": rl})
@@ -113,7 +113,7 @@ def markdown(rows: list[dict], episodes: int) -> str:
     names = [*TASKS, "average"]
     head = ("| family | RL | " + " | ".join(f"{n} SFT → RL" for n in names) +
             " | RL env steps | SFT / RL wall | SFT / RL peak memory | rollout frames/s |")
-    lines = [f"Success rates, deterministic, {episodes} episodes per task; RL from the SFT checkpoint.", "", head,
+    lines = [f"Success rates, deterministic, {episodes} episodes per task: SFT `best` → RL `last` (RL starts from SFT `best`).", "", head,
              "|" + "---|" * (len(names) + 6)]
     for r in rows:
         cells = [f"{r['sft'][n]:.2f} → {r['rl'][n]:.2f} ({100 * (r['rl'][n] - r['sft'][n]):+.0f})" for n in names]
