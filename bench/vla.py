@@ -113,7 +113,8 @@ def markdown(rows: list[dict], episodes: int) -> str:
     names = [*TASKS, "average"]
     head = ("| family | RL | " + " | ".join(f"{n} SFT → RL" for n in names) +
             " | RL env steps | SFT / RL wall | SFT / RL peak memory | rollout frames/s |")
-    lines = [f"Success rates, deterministic, {episodes} episodes per task: SFT `best` → RL `last` (RL starts from SFT `best`).", "", head,
+    title = f"Success rates, deterministic, {episodes} episodes per task: SFT `best` → RL `last` (from SFT `best`)."
+    lines = [title, "", head,
              "|" + "---|" * (len(names) + 6)]
     for r in rows:
         cells = [f"{r['sft'][n]:.2f} → {r['rl'][n]:.2f} ({100 * (r['rl'][n] - r['sft'][n]):+.0f})" for n in names]
