@@ -15,8 +15,8 @@ velocities, gripper, TCP; the objects are seen only in the image), `instruction`
 Layouts: by default the cubes and balls are placed anywhere in their ranges, so the policy must find them
 in the image. With `layout_jitter=J` (the `mujoco/LangTabletopFixed-*` ids, J = 2 cm) every object has its
 own place, moved by up to ±J per axis at each reset, as LIBERO's initial states are: the instruction says
-which object and what to do, and the image refines where it is. Tiny VLAs trained from scratch on a CPU
-learn this in minutes; the random layout needs a pretrained vision encoder.
+which object and what to do, and the image refines where it is. A tiny flow VLA trained from scratch on a
+CPU learns this in minutes; the random layout needs a pretrained vision encoder.
 """
 from __future__ import annotations
 
