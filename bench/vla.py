@@ -28,7 +28,7 @@ DEMO_ARGS = ["LangTabletopFixed-ReachPushLift", "--rgb", "--episode-length", "60
 
 
 def run_stage(args: list[str], log: Path) -> dict:
-    """One `roborl` command in its own process: its exit status, wall time and peak RSS (MiB)."""
+    """One `roborl` command in its own process (exits with a line naming its log if it fails); its peak RSS."""
     env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "roborl.cli", *args], cwd=ROOT, env=env, stdout=out,

@@ -1,7 +1,7 @@
 """Embedded arm tasks (MJCF in `tasks/assets`, no downloads). Importing registers `mujoco/<Task>`."""
 from tasks.language import TASK_NAMES as LANG_TASKS
 from tasks.multitask_experts import LangTabletopExpert
-from tasks.multitask_tabletop import LangTabletopEnv
+from tasks.multitask_tabletop import LANG_TABLETOP_IDS, LangTabletopEnv
 from tasks.pick_place import PickPlaceEnv, PickPlaceExpert
 from tasks.push import PushEnv, PushExpert
 from tasks.reach import ReachEnv, ReachExpert
@@ -11,9 +11,7 @@ from tasks.stack import StackEnv, StackExpert
 
 EXPERTS = {"mujoco/Reach": ReachExpert, "mujoco/Push": PushExpert,
            "mujoco/PickPlace": PickPlaceExpert, "mujoco/Stack": StackExpert, "mujoco/Sequence": SequenceExpert,
-           "mujoco/ReachAvoid": ReachAvoidExpert, "mujoco/LangTabletop": LangTabletopExpert,
-           **{f"mujoco/{family}{task}": LangTabletopExpert for family in ("LangTabletop", "LangTabletopFixed")
-              for task in ("", *(f"-{t.capitalize()}" for t in LANG_TASKS), "-ReachPushLift")}}
+           "mujoco/ReachAvoid": ReachAvoidExpert, **{task: LangTabletopExpert for task in LANG_TABLETOP_IDS}}
 
 __all__ = ["EXPERTS", "LangTabletopEnv", "LangTabletopExpert", "LANG_TASKS",
            "PickPlaceEnv", "PushEnv", "ReachAvoidEnv", "ReachEnv", "SequenceEnv", "StackEnv",

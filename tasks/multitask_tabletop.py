@@ -228,6 +228,7 @@ class LangTabletopEnv(CubePushing, ArmEnv):
 
 
 FIXED_JITTER = 0.02  # metres, per axis, of the LangTabletopFixed ids
+LANG_TABLETOP_IDS: list[str] = []  # every registered LangTabletop id (the scripted expert drives them all)
 
 
 def register_variants(prefix: str, jitter: float | None) -> None:
@@ -236,7 +237,8 @@ def register_variants(prefix: str, jitter: float | None) -> None:
     variants = {"": TASK_NAMES, **{f"-{t.capitalize()}": (t,) for t in TASK_NAMES},
                 "-ReachPushLift": ("reach", "push", "lift")}
     for suffix, names in variants.items():
-        register(f"mujoco/{prefix}{suffix}")(
+        LANG_TABLETOP_IDS.append(f"mujoco/{prefix}{suffix}")
+        register(LANG_TABLETOP_IDS[-1])(
             lambda num_envs=1, _tasks=names, **kwargs: LangTabletopEnv(
                 num_envs, **{"tasks": _tasks, "layout_jitter": jitter, **kwargs}))
 
