@@ -38,7 +38,7 @@ def _demos(args: argparse.Namespace) -> int:
     env_id = args.task if "/" in args.task else f"mujoco/{args.task}"
     result = record_demos(env_id, args.episodes, args.out, num_envs=args.envs, seed=args.seed, rgb=args.rgb,
                           render_size=(args.size, args.size), action_noise=args.noise, progress=not args.quiet,
-                          episode_length=args.episode_length)
+                          episode_length=args.episode_length, dart=args.dart)
     print(json.dumps(result))
     return 0
 
@@ -173,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rgb", action="store_true", help="also record obs/rgb frames")
     p.add_argument("--size", type=int, default=64, help="rgb frame size")
     p.add_argument("--noise", type=float, default=0.0, help="std of Gaussian noise added to the expert's actions")
+    p.add_argument("--dart", action="store_true",
+                   help="with --noise: execute the noisy action, record the expert's (demos of recovering)")
     p.add_argument("--episode-length", type=int, help="control steps per episode (default: the task's)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_demos)

@@ -38,16 +38,20 @@ def demos_file(path: str | Path) -> Path:
 @torch.no_grad()
 def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16, seed: int = 0,
                  rgb: bool = False, render_size: tuple[int, int] = (64, 64), action_noise: float = 0.0,
-                 progress: bool = True, episode_length: int | None = None) -> dict:
+                 progress: bool = True, episode_length: int | None = None, dart: bool = False) -> dict:
     """Runs the task's scripted expert on `num_envs` envs until `episodes` episodes have ended and writes
     them (successful or not) to `out/demos.hdf5`. `action_noise` adds Gaussian noise to the expert's
-    actions (a sloppier demonstrator). Written to a temporary file and renamed: no half-written file."""
+    actions (a sloppier demonstrator). With `dart` the noisy action is executed but the expert's own is
+    recorded (DART, Laskey et al. 2017): the demos then show the way back from small mistakes, which a
+    cloned policy makes in closed loop. Written to a temporary file and renamed: no half-written file."""
     import tasks
 
     if env_id not in tasks.EXPERTS:
         raise UserError(f"no scripted expert for '{env_id}'; tasks with experts: {', '.join(tasks.EXPERTS)}")
     if episode_length is not None and episode_length < 1:
         raise UserError(f"--episode-length must be >= 1, got {episode_length}")
+    if dart and action_noise <= 0:
+        raise UserError("--dart records the expert's action while a noisy one is executed: give it --noise > 0")
     length = {} if episode_length is None else {"episode_length": episode_length}
     env = sim.make(env_id, num_envs, seed=seed, obs_mode="rgb" if rgb else "state", render_size=render_size, **length)
     expert = tasks.EXPERTS[env_id](env)
@@ -65,15 +69,16 @@ def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16
             obs = env.reset(seed=seed)
             expert.reset()
             while written < episodes:
-                action = expert.act(obs)
+                clean = action = expert.act(obs)
                 if action_noise > 0:
                     action = (action + action_noise * torch.randn(action.shape, generator=gen)).clamp(-1, 1)
                 nxt, reward, term, trunc, info = env.step(action)
+                recorded = clean if dart else action
                 for i in range(num_envs):
                     b = buffers[i]
                     for k in keys:
                         b[k].append(obs[k][i].cpu().numpy())
-                    b["actions"].append(action[i].cpu().numpy())
+                    b["actions"].append(recorded[i].cpu().numpy())
                     b["rewards"].append(float(reward[i]))
                     b["success"].append(bool(info["success"][i]))
                     if not b["actions"][1:]:  # an episode's first step: its instruction and task
@@ -95,7 +100,8 @@ def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16
                 obs = nxt
             env_args = {"env_id": env_id, "controller": getattr(env, "controller", None),
                         "control_freq": round(1 / env.control_dt), "episode_length": env.max_episode_steps,
-                        "obs_keys": keys, "action_dim": env.action_dim, "action_noise": action_noise}
+                        "obs_keys": keys, "action_dim": env.action_dim, "action_noise": action_noise,
+                        "dart": dart}
             data.attrs.update(total=total, env_args=json.dumps(env_args), num_episodes=written,
                               success_rate=successes / max(written, 1))
         os.replace(tmp, path)

@@ -93,3 +93,19 @@ def test_rl_init_that_does_not_fit_is_one_line(reach_demos, tmp_path):
     proc = roborl("bc", str(ROOT / "configs" / "bc_flow_push.yaml"), f"train.run_dir={tmp_path}", "train.name=bc2",
                   f"bc.demos={reach_demos}")
     assert proc.returncode == 2 and "recorded on 'mujoco/Reach'" in proc.stderr, proc.stderr
+
+
+def test_dart_executes_the_noisy_action_and_records_the_experts(tmp_path):
+    def record(name: str, **kw) -> tuple[torch.Tensor, torch.Tensor]:
+        record_demos("mujoco/Reach", 4, tmp_path / name, num_envs=4, seed=5, progress=False, episode_length=5, **kw)
+        with h5py.File(tmp_path / name / "demos.hdf5") as f:
+            return torch.from_numpy(f["data/demo_0/actions"][()]), torch.from_numpy(f["data/demo_0/obs/state"][()])
+
+    clean_a, clean_s = record("clean")
+    dart_a, dart_s = record("dart", action_noise=0.3, dart=True)
+    noisy_a, _ = record("noisy", action_noise=0.3)
+    assert torch.equal(dart_a[0], clean_a[0])  # the first state is the same: the expert's action is recorded
+    assert not torch.allclose(noisy_a[0], clean_a[0], atol=1e-3)  # without dart the noisy action is
+    assert not torch.allclose(dart_s[1], clean_s[1], atol=1e-4)  # ... while the noisy one was executed
+    with pytest.raises(UserError, match="--noise"):
+        record_demos("mujoco/Reach", 1, tmp_path / "x", dart=True, progress=False)
