@@ -1,10 +1,14 @@
-"""Frames between LiberoVecEnv and sim/libero_server.py: a 4-byte big-endian length, then a msgpack
-payload with numpy arrays as {"__ndarray__": True, "data", "dtype", "shape"} (the convention of
-roborl/deploy/wire.py and openpi).
+"""roborl's one msgpack codec, and the frames between LiberoVecEnv and sim/libero_server.py.
 
-Both sides use this file: the client imports it as `sim.libero_wire`, the server (another Python, in
-LIBERO's own environment) loads it by path. So it imports only the standard library, numpy and
-msgpack, never roborl or torch.
+Messages are msgpack with numpy arrays as {"__ndarray__": True, "data", "dtype", "shape"} (openpi's
+msgpack-numpy convention, so its clients' encoders read and write the same bytes); the policy server
+and the twin speak it too, through roborl/deploy/wire.py. Decoding trusts nothing: only plain numeric
+dtypes (never object arrays), a byte count that matches the shape, bounded nesting; anything else is a
+`WireError` with a one-line reason. A LIBERO frame is a 4-byte big-endian length, then the message.
+
+Both LIBERO sides use this file: the client imports it as `sim.libero_wire`, the server (another
+Python, in LIBERO's own environment) loads it by path. So it imports only the standard library, numpy
+and msgpack, never roborl or torch.
 """
 from __future__ import annotations
 
@@ -22,16 +26,20 @@ _HEADER = struct.Struct(">I")
 
 
 class WireError(ValueError):
-    """A frame or message that cannot be decoded."""
+    """A frame or message that cannot be decoded into what the protocol allows."""
 
 
 class PeerClosed(EOFError):
     """The other end closed the stream."""
 
 
+ALLOWED_KINDS = "biuf"  # bool, int, unsigned, float
+MAX_DIMS = 8
+
+
 def _encode(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
-        if obj.dtype.kind not in "biuf":
+        if obj.dtype.kind not in ALLOWED_KINDS:
             raise TypeError(f"cannot send arrays of dtype {obj.dtype}")
         return {b"__ndarray__": True, b"data": np.ascontiguousarray(obj).tobytes(), b"dtype": obj.dtype.str,
                 b"shape": list(obj.shape)}
@@ -40,31 +48,41 @@ def _encode(obj: Any) -> Any:
     raise TypeError(f"cannot encode {type(obj).__name__}")
 
 
-def _decode(obj: dict) -> Any:
-    if b"__ndarray__" not in obj:
-        return {(k.decode() if isinstance(k, bytes) else k): v for k, v in obj.items()}
+def _decode_array(obj: dict) -> np.ndarray:
     try:
-        dtype = np.dtype(obj[b"dtype"])
+        dtype = np.dtype(obj[b"dtype"] if isinstance(obj[b"dtype"], str) else obj[b"dtype"].decode())
         shape = tuple(int(n) for n in obj[b"shape"])
         data = obj[b"data"]
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, UnicodeDecodeError) as exc:
         raise WireError(f"malformed array ({type(exc).__name__})") from exc
-    if dtype.kind not in "biuf" or not isinstance(data, bytes) or len(data) != int(np.prod(shape)) * dtype.itemsize:
+    if dtype.kind not in ALLOWED_KINDS or dtype.hasobject:
+        raise WireError(f"array dtype {dtype} is not allowed (only bool, int and float)")
+    if len(shape) > MAX_DIMS or any(n < 0 for n in shape):
+        raise WireError(f"array shape {shape} is not allowed")
+    if not isinstance(data, bytes) or len(data) != int(np.prod(shape)) * dtype.itemsize:
         raise WireError(f"array data does not fit shape {shape} and dtype {dtype}")
     return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+def _object_hook(obj: dict) -> Any:
+    if b"__ndarray__" in obj:
+        return _decode_array(obj)
+    return {(k.decode() if isinstance(k, bytes) else k): v for k, v in obj.items()}
 
 
 def pack(message: Any) -> bytes:
     return msgpack.packb(message, default=_encode, use_bin_type=True)
 
 
-def unpack(payload: bytes) -> Any:
+def unpack(payload: bytes | str) -> Any:
+    if not isinstance(payload, (bytes, bytearray)):
+        raise WireError("messages are binary msgpack frames, not text")
     try:
-        return msgpack.unpackb(payload, object_hook=_decode, raw=False, strict_map_key=False)
+        return msgpack.unpackb(payload, object_hook=_object_hook, raw=False, strict_map_key=False)
     except WireError:
         raise
     except Exception as exc:
-        raise WireError(f"not a msgpack message ({type(exc).__name__}: {exc})") from exc
+        raise WireError(f"not a msgpack message ({type(exc).__name__})") from exc
 
 
 def write_frame(fd: int, payload: bytes) -> None:
