@@ -273,6 +273,17 @@ def test_frozen_backbone_gets_no_gradient_while_expert_and_value_head_train():
         assert all(p.grad is not None for p in module.parameters())
 
 
+def test_frozen_backbone_features_stored_at_act_give_the_same_log_probs_as_a_backbone_pass():
+    frozen, full = flow_vla("flow_noise", finetune="frozen"), flow_vla("flow_noise", finetune="full")
+    obs = obs_batch()
+    act = frozen.act(obs)
+    assert torch.equal(act.extras["features"], frozen.cond(obs))
+    recomputed = Act(act.action, act.log_prob, extras={k: v for k, v in act.extras.items() if k != "features"})
+    assert torch.equal(frozen.evaluate(obs, act)[0], frozen.evaluate(obs, recomputed)[0])
+    assert torch.allclose(frozen.evaluate(obs, act)[0], act.log_prob, atol=1e-5)
+    assert "features" not in full.act(obs).extras  # a backbone that trains is run again in every update
+
+
 @pytest.mark.parametrize("detach", [True, False])
 def test_detach_value_stops_value_gradients_at_the_backbone(detach):
     for policy in (token_vla(detach_value=detach), flow_vla(detach_value=detach)):

@@ -44,32 +44,38 @@ class FlowVLAPolicy(BackbonePolicy, FlowPolicy):
         return self.backbone.encode_text(instructions(obs), obs["state"].device)
 
     def cond(self, obs: dict) -> torch.Tensor:
+        """Pooled backbone features; a frozen backbone's, stored at `act` (`features`), are reused."""
         bb = self.backbone
+        if "features" in obs and not bb.trainable:
+            return obs["features"]
         with bb.grad_context():
             embeds, mask = bb.prefix(obs, self.text_ids(obs))
             return bb.pooled(bb.run(embeds, mask).last_hidden_state, mask)
 
     @staticmethod
-    def with_text(obs: dict, extras: dict) -> dict:
-        """Rollout buffers keep tensors only: the prompt tokens stored at `act` stand in for the text."""
-        return {**obs, "text_ids": extras["text_ids"]} if "text_ids" in extras else obs
+    def with_stored(obs: dict, extras: dict) -> dict:
+        """Rollout buffers keep tensors only: the prompt tokens stored at `act` stand in for the text, and
+        a frozen backbone's features stored there spare PPO's epochs a backbone pass per minibatch."""
+        return {**obs, **{k: extras[k] for k in ("text_ids", "features") if k in extras}}
 
     # ---- the Policy interface (FlowPolicy's, with the prompt tokens carried in extras) ----------------
     def act(self, obs: dict, deterministic: bool = False) -> Act:
-        text_ids = self.text_ids(obs)
-        out = super().act({**obs, "text_ids": text_ids}, deterministic)
-        out.extras["text_ids"] = text_ids
+        obs = {**obs, "text_ids": self.text_ids(obs)}
+        if not self.backbone.trainable:
+            obs["features"] = self.cond(obs)
+        out = super().act(obs, deterministic)
+        out.extras.update({k: obs[k] for k in ("text_ids", "features") if k in obs})
         if self.horizon == 1:
             out.action = out.action[:, 0]
         return out
 
     def evaluate(self, obs: dict, act: Act) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return super().evaluate(self.with_text(obs, act.extras), act)
+        return super().evaluate(self.with_stored(obs, act.extras), act)
 
     def bc_regularizer(self, obs: dict, act: Act) -> torch.Tensor:
         if act.action.dim() == 2:
             act = Act(act.action[:, None], act.log_prob, act.value, act.extras)
-        return super().bc_regularizer(self.with_text(obs, act.extras), act)
+        return super().bc_regularizer(self.with_stored(obs, act.extras), act)
 
     def bc_loss(self, obs: dict, actions: torch.Tensor) -> torch.Tensor:
         """Conditional flow matching with `bc_samples` (τ, ε) pairs per demonstration on one backbone pass."""
