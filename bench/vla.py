@@ -24,7 +24,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = {name: f"mujoco/LangTabletopFixed-{name.capitalize()}" for name in ("reach", "push", "lift")}
-DEMO_ARGS = ["LangTabletopFixed-ReachPushLift", "--rgb", "--episode-length", "60", "--episodes", "300", "--envs", "30"]
+DEMO_ARGS = ["LangTabletopFixed-ReachPushLift", "--rgb", "--episode-length", "60", "--episodes", "300", "--envs", "30",
+             "--noise", "0.3", "--dart"]
 
 
 def run_stage(args: list[str], log: Path) -> dict:
