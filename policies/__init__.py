@@ -1,9 +1,17 @@
-"""Policy models. Know nothing of simulators: they see observation dicts and return `Act`."""
-from policies.act import Act
-from policies.diffusion import DiffusionPolicy
-from policies.flow import FlowPolicy
-from policies.gaussian import GaussianActorCritic
-from policies.normalizer import RunningNormalizer
-from policies.residual import ResidualPolicy
+"""Policy models. Know nothing of simulators: they see observation dicts and return `Act`.
 
-__all__ = ["Act", "DiffusionPolicy", "FlowPolicy", "GaussianActorCritic", "ResidualPolicy", "RunningNormalizer"]
+The names below import on first use (PEP 562), so reading a config (`roborl.config` needs only
+`policies.vla.spec`) does not pay for diffusers and the models before a config error can be reported."""
+from importlib import import_module
+
+_HOMES = {"Act": "policies.act", "DiffusionPolicy": "policies.diffusion", "FlowPolicy": "policies.flow",
+          "GaussianActorCritic": "policies.gaussian", "RunningNormalizer": "policies.normalizer",
+          "ResidualPolicy": "policies.residual"}
+
+__all__ = list(_HOMES)
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(import_module(_HOMES[name]), name)
+    raise AttributeError(f"module 'policies' has no attribute {name!r}")

@@ -43,3 +43,15 @@ def test_missing_and_broken_files(tmp_path):
     bad.write_text("env: [unclosed\n")
     with pytest.raises(UserError, match="not valid YAML"):
         load_config(bad)
+
+
+def test_reading_a_config_does_not_import_the_policy_models():
+    """A config error is reported before diffusers, transformers and the models load (seconds saved)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, roborl.config; heavy = [m for m in ('diffusers', 'transformers', 'policies.diffusion') "
+            "if m in sys.modules]; assert not heavy, heavy; from policies import FlowPolicy; "
+            "assert 'policies.flow' in sys.modules")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-500:]
