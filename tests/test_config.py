@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import pytest
 
 from roborl.config import load_config
@@ -47,9 +50,6 @@ def test_missing_and_broken_files(tmp_path):
 
 def test_reading_a_config_does_not_import_the_policy_models():
     """A config error is reported before diffusers, transformers and the models load (seconds saved)."""
-    import subprocess
-    import sys
-
     code = ("import sys, roborl.config; heavy = [m for m in ('diffusers', 'transformers', 'policies.diffusion') "
             "if m in sys.modules]; assert not heavy, heavy; from policies import FlowPolicy; "
             "assert 'policies.flow' in sys.modules")

@@ -21,6 +21,7 @@ from policies.vla.spec import VLASpec
 
 class FlowVLAPolicy(BackbonePolicy, FlowPolicy):
     kind = "flow_vla"
+    stored = ("text_ids", "features")  # what `act` keeps in extras for `evaluate` (features: frozen backbone only)
 
     def __init__(self, spec: VLASpec, state_dim: int, action_dim: int, horizon: int = 4, execute: int = 1, *,
                  steps: int = 4, rl_mode: str | None = None, noise_min: float = 0.08, noise_max: float = 0.16,
@@ -56,15 +57,15 @@ class FlowVLAPolicy(BackbonePolicy, FlowPolicy):
     def with_stored(obs: dict, extras: dict) -> dict:
         """Rollout buffers keep tensors only: the prompt tokens stored at `act` stand in for the text, and
         a frozen backbone's features stored there spare PPO's epochs a backbone pass per minibatch."""
-        return {**obs, **{k: extras[k] for k in ("text_ids", "features") if k in extras}}
+        return {**obs, **{k: extras[k] for k in FlowVLAPolicy.stored if k in extras}}
 
-    # ---- the Policy interface (FlowPolicy's, with the prompt tokens carried in extras) ----------------
+    # ---- the Policy interface (FlowPolicy's, with prompt tokens and frozen features in extras) -------
     def act(self, obs: dict, deterministic: bool = False) -> Act:
         obs = {**obs, "text_ids": self.text_ids(obs)}
         if not self.backbone.trainable:
             obs["features"] = self.cond(obs)
         out = super().act(obs, deterministic)
-        out.extras.update({k: obs[k] for k in ("text_ids", "features") if k in obs})
+        out.extras.update({k: obs[k] for k in self.stored if k in obs})
         if self.horizon == 1:
             out.action = out.action[:, 0]
         return out
