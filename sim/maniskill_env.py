@@ -67,7 +67,22 @@ class _EnvGroup:
         state = space["state"] if isinstance(space, gym.spaces.Dict) else space
         rgb = space["rgb"].shape if isinstance(space, gym.spaces.Dict) else None
         return {"state_dim": int(state.shape[-1]), "rgb_shape": rgb, "low": act.low, "high": act.high,
-                "max_episode_steps": self.max_episode_steps, "control_dt": self.control_dt}
+                "max_episode_steps": self.max_episode_steps, "control_dt": self.control_dt,
+                "scaling": self.controller_scaling()}
+
+    def controller_scaling(self) -> dict[str, list]:
+        """What ManiSkill's controllers make of an action in [-1, 1]: each sub-controller (arm, gripper) maps
+        its normalized part linearly onto its original bounds (`_original_single_action_space`)."""
+        controller = self.envs[0].unwrapped.agent.controller
+        parts = getattr(controller, "controllers", {"action": controller})
+        out: dict[str, list] = {"scale": [], "offset": [], "units": []}
+        for name, sub in parts.items():
+            space = getattr(sub, "_original_single_action_space", sub.single_action_space)
+            low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
+            out["scale"] += ((high - low) / 2).tolist()
+            out["offset"] += ((high + low) / 2).tolist()
+            out["units"] += [f"{name}: {type(sub).__name__}"] * len(low)
+        return out
 
     @staticmethod
     def _obs(raw: Any) -> dict[str, torch.Tensor]:
@@ -283,6 +298,7 @@ class ManiSkillVecEnv(VecEnv):
             spaces["rgb"] = gym.spaces.Box(0, 255, tuple(spec["rgb_shape"]), np.uint8)
         self.observation_space = gym.spaces.Dict(spaces)
         self.action_space = gym.spaces.Box(-1.0, 1.0, self._low.shape, np.float32)
+        self._scaling = spec["scaling"]
         self._ready = False  # reset() called
         self.group_size = 1  # envs per group of a full reset (GRPO sets it; see reset)
         self._group_rng = np.random.default_rng(seed)  # base seeds of unseeded group resets
@@ -340,6 +356,15 @@ class ManiSkillVecEnv(VecEnv):
         self.episode_return.zero_()
         self.success_once.zero_()
         return obs
+
+    def action_scaling(self) -> dict[str, list]:
+        """The controllers' own bounds (pd_joint_delta_pos: ±0.1 rad per arm joint, the gripper's joint
+        target in m), composed with `step`'s map of [-1, 1] onto ManiSkill's (normalized) action space."""
+        inner = (self._high - self._low).cpu().double() / 2, (self._high + self._low).cpu().double() / 2
+        scale = torch.tensor(self._scaling["scale"], dtype=torch.float64)
+        offset = torch.tensor(self._scaling["offset"], dtype=torch.float64)
+        return {"scale": (scale * inner[0]).tolist(), "offset": (scale * inner[1] + offset).tolist(),
+                "units": list(self._scaling["units"])}
 
     def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         if not self._ready:

@@ -19,6 +19,11 @@ def test_pushcube_contract(push):
     assert isinstance(push, ManiSkillVecEnv) and push.max_episode_steps == 50
     assert push.observation_space["state"].shape == (35,) and push.action_dim == 8
     check_vecenv_contract(push, 55)
+    scaling = push.action_scaling()  # what an exported policy's [-1, 1] commands: Panda's controller bounds
+    low = [o - s for o, s in zip(scaling["offset"], scaling["scale"])]
+    high = [o + s for o, s in zip(scaling["offset"], scaling["scale"])]
+    assert low == pytest.approx([-0.1] * 7 + [-0.01]) and high == pytest.approx([0.1] * 7 + [0.04])
+    assert scaling["units"] == ["arm: PDJointPosController"] * 7 + ["gripper: PDJointPosMimicController"]
 
 
 def test_pickcube_contract():
