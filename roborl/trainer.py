@@ -135,7 +135,8 @@ class Trainer:
     def run_eval(self, wall: float) -> dict[str, float]:
         t = self.cfg.train
         if self.eval_env is None:
-            self.eval_env = make_run_env(self.cfg, min(t.eval_envs, t.eval_episodes), t.seed + 1, self.device)
+            self.eval_env = self.env if self.env.unwrapped.one_per_process else \
+                make_run_env(self.cfg, min(t.eval_envs, t.eval_episodes), t.seed + 1, self.device)
         video = None
         if t.video and self.cfg.env.id.startswith("mujoco/"):
             (self.run_dir / "videos").mkdir(exist_ok=True)
@@ -144,6 +145,8 @@ class Trainer:
         result = evaluate(self.policy, self.eval_env, t.eval_episodes, seed=t.seed + 1000,
                           video_path=video, video_envs=t.video_envs)
         self.policy.train()
+        if self.eval_env is self.env:  # evaluated in the training envs: their episodes start over
+            self.obs = self.env.reset(seed=t.seed + 1 + self.iteration)
         self.last_eval = result
         self.eval_history.append([self.env_steps, round(wall, 2), result["success_rate"]])
         plot_curves(self.run_dir / "eval_curve.png", {"deterministic eval": [(s, r) for s, _, r in self.eval_history]},
@@ -219,7 +222,7 @@ class Trainer:
         summary = self.summary(wall)
         self.write_summary(summary)
         self.env.close()
-        if self.eval_env is not None:
+        if self.eval_env is not None and self.eval_env is not self.env:
             self.eval_env.close()
         return summary
 

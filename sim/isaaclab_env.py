@@ -95,6 +95,8 @@ def _success_term(raw: Any) -> Any:
 
 
 class IsaacLabVecEnv(VecEnv):
+    one_per_process = True
+
     def __init__(self, name: str, num_envs: int = 1, *, device: str | torch.device = "cuda:0", seed: int = 0,
                  episode_length: int | None = None, action_scale: float = 1.0, **unused: Any) -> None:
         global _open

@@ -25,6 +25,7 @@ class VecEnv:
     reward_term_names: tuple[str, ...] = ()  # columns of info["reward_terms"], where the task has them
     max_episode_steps: int | None = None
     control_dt: float = 0.05
+    one_per_process: bool = False  # the simulator allows one env per process (Isaac Lab): trainers evaluate in it
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> Obs:
         """`options` follows Gymnasium's convention; backends that support it take `group_size` (groups

@@ -134,3 +134,23 @@ def test_anneal_lr_decays_the_policy_lr_linearly(tmp_path):
     Trainer(cfg).train()
     lrs = [v for _, v in scalars(tmp_path / "anneal", "train/lr")]
     assert torch.allclose(torch.tensor(lrs), torch.tensor([1e-3, 7.5e-4, 5e-4, 2.5e-4]))
+
+
+def test_one_env_per_process_simulator_is_evaluated_in_its_training_envs(tmp_path, monkeypatch):
+    """Isaac Lab allows one env per process: the trainer must not build a second one for evaluation, and
+    training goes on from fresh episodes after each evaluation."""
+    import roborl.trainer as trainer_module
+    from tasks.reach import ReachEnv
+
+    monkeypatch.setattr(ReachEnv, "one_per_process", True, raising=False)
+    built = []
+    make = trainer_module.make_run_env
+    monkeypatch.setattr(trainer_module, "make_run_env", lambda *a, **k: built.append(a[1]) or make(*a, **k))
+    cfg = load_config(REACH, [f"train.run_dir={tmp_path}", "train.name=one", "env.num_envs=4",
+                              "train.rollout_steps=10", "train.total_steps=120", "train.eval_every=1",
+                              "train.eval_episodes=4", "train.video=false", "train.progress=false"])
+    trainer = Trainer(cfg)
+    summary = trainer.train()
+    assert built == [4], f"envs built: {built}"  # the training envs only
+    assert trainer.eval_env is trainer.env and len(summary["eval_history"]) == 3
+    assert summary["env_steps"] == 120
