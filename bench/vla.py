@@ -9,7 +9,8 @@ peak memory and rollout frames/s of each stage. Writes `<run-dir>/vla.{json,md}`
 Usage: python bench/vla.py [--run-dir runs/vla] [--episodes 50] [--families flow_vla token_vla]
                            [--algorithms ppo grpo] [--reuse] [key=value ...]
 `--reuse` keeps every stage whose run already finished. Overrides go to every stage (e.g. train.threads=2).
-On 2 CPU cores: demos ≈ 3 min, SFT ≈ 10 min per family, each RL run ≈ 30 min.
+On 2 CPU cores, one family per bench (two benches side by side): demos ≈ 2 min, SFT ≈ 8 min, each RL run
+20–25 min (its config's train.max_minutes), each per-task evaluation (150 episodes) ≈ 1 min.
 """
 from __future__ import annotations
 
