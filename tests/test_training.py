@@ -13,7 +13,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from helpers import ROOT, roborl
 from roborl.checkpoint import Checkpoint, save_checkpoint
 from roborl.config import load_config
+import roborl.trainer as trainer_module
 from roborl.trainer import Trainer
+from tasks.reach import ReachEnv
 
 REACH = str(ROOT / "configs" / "ppo_reach.yaml")
 
@@ -139,9 +141,6 @@ def test_anneal_lr_decays_the_policy_lr_linearly(tmp_path):
 def test_one_env_per_process_simulator_is_evaluated_in_its_training_envs(tmp_path, monkeypatch):
     """Isaac Lab allows one env per process: the trainer must not build a second one for evaluation, and
     training goes on from fresh episodes after each evaluation."""
-    import roborl.trainer as trainer_module
-    from tasks.reach import ReachEnv
-
     monkeypatch.setattr(ReachEnv, "one_per_process", True, raising=False)
     built = []
     make = trainer_module.make_run_env
