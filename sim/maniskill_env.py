@@ -71,8 +71,10 @@ class _EnvGroup:
                 "scaling": self.controller_scaling()}
 
     def controller_scaling(self) -> dict[str, list]:
-        """What ManiSkill's controllers make of an action in [-1, 1]: each sub-controller (arm, gripper) maps
-        its normalized part linearly onto its original bounds (`_original_single_action_space`)."""
+        """What an action in [-1, 1] commands: `step` maps it onto each sub-controller's (arm, gripper) action
+        space, which is [-1, 1] where the controller normalizes and then scales onto its original bounds
+        (`_original_single_action_space`), or those bounds themselves where it does not: either way, the
+        original bounds."""
         controller = self.envs[0].unwrapped.agent.controller
         parts = getattr(controller, "controllers", {"action": controller})
         out: dict[str, list] = {"scale": [], "offset": [], "units": []}
@@ -359,12 +361,8 @@ class ManiSkillVecEnv(VecEnv):
 
     def action_scaling(self) -> dict[str, list]:
         """The controllers' own bounds (pd_joint_delta_pos: ±0.1 rad per arm joint, the gripper's joint
-        target in m), composed with `step`'s map of [-1, 1] onto ManiSkill's (normalized) action space."""
-        inner = (self._high - self._low).cpu().double() / 2, (self._high + self._low).cpu().double() / 2
-        scale = torch.tensor(self._scaling["scale"], dtype=torch.float64)
-        offset = torch.tensor(self._scaling["offset"], dtype=torch.float64)
-        return {"scale": (scale * inner[0]).tolist(), "offset": (scale * inner[1] + offset).tolist(),
-                "units": list(self._scaling["units"])}
+        target in m); see `_EnvGroup.controller_scaling`."""
+        return {k: list(v) for k, v in self._scaling.items()}
 
     def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         if not self._ready:

@@ -26,6 +26,17 @@ def test_pushcube_contract(push):
     assert scaling["units"] == ["arm: PDJointPosController"] * 7 + ["gripper: PDJointPosMimicController"]
 
 
+def test_action_scaling_of_an_unnormalized_controller():
+    """pd_joint_pos takes joint targets as they are (no normalization): [-1, 1] spans the joint limits once."""
+    with sim.make("maniskill/PushCube-v1", 1, workers=0, control_mode="pd_joint_pos") as env:
+        scaling = env.action_scaling()
+        low = torch.tensor(scaling["offset"]) - torch.tensor(scaling["scale"])
+        high = torch.tensor(scaling["offset"]) + torch.tensor(scaling["scale"])
+        torch.testing.assert_close(low[:7], env._low[:7])
+        torch.testing.assert_close(high[:7], env._high[:7])
+        assert low[7].item() == pytest.approx(-0.01) and high[7].item() == pytest.approx(0.04)
+
+
 def test_pickcube_contract():
     with sim.make("maniskill/PickCube-v1", 2, episode_length=10) as env:
         check_vecenv_contract(env, 12)

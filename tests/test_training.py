@@ -11,9 +11,9 @@ from safetensors import safe_open
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from helpers import ROOT, roborl
+import roborl.trainer as trainer_module
 from roborl.checkpoint import Checkpoint, save_checkpoint
 from roborl.config import load_config
-import roborl.trainer as trainer_module
 from roborl.trainer import Trainer
 from tasks.reach import ReachEnv
 
