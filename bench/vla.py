@@ -1,16 +1,18 @@
 """VLA fine-tuning on LangTabletop (reach a named ball, push a named cube in a named direction, lift a named
 cube; 64×64 images, instructions, proprio): SFT of each family on scripted demos, then PPO and GRPO from
-the SFT checkpoint. Every stage runs as its own `roborl` process, so its peak memory is that process's.
+the SFT checkpoint, and (`--algorithms ... residual_ppo`) residual PPO on the frozen SFT VLA. Every stage
+runs as its own `roborl` process, so its peak memory is that process's.
 
 Prints, per family and algorithm, the success of the SFT start and of the RL result on each task and on
 their average (deterministic eval, `--episodes` fresh episodes per task), with the env steps, wall time,
 peak memory and rollout frames/s of each stage. Writes `<run-dir>/vla.{json,md}`.
 
 Usage: python bench/vla.py [--run-dir runs/vla] [--episodes 50] [--families flow_vla token_vla]
-                           [--algorithms ppo grpo] [--reuse] [key=value ...]
+                           [--algorithms ppo grpo residual_ppo] [--reuse] [key=value ...]
 `--reuse` keeps every stage whose run already finished. Overrides go to every stage (e.g. train.threads=2).
-On 2 CPU cores, one family per bench (two benches side by side): demos ≈ 2 min, SFT ≈ 8 min, each RL run
-20–25 min (its config's train.max_minutes), each per-task evaluation (150 episodes) ≈ 1 min.
+On 2 CPU cores, one family per bench (two benches side by side): demos (900 episodes) ≈ 3 min, SFT ≈ 4 min,
+each RL run 15–25 min (its config's train.max_minutes or total_steps), each per-task evaluation (150
+episodes) ≈ 1 min.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = {name: f"mujoco/LangTabletopFixed-{name.capitalize()}" for name in ("reach", "push", "lift")}
-DEMO_ARGS = ["LangTabletopFixed-ReachPushLift", "--rgb", "--episode-length", "60", "--episodes", "300", "--envs", "30",
+DEMO_ARGS = ["LangTabletopFixed-ReachPushLift", "--rgb", "--episode-length", "60", "--episodes", "900", "--envs", "30",
              "--noise", "0.3", "--dart"]
 
 
@@ -81,10 +83,14 @@ def main() -> None:
     p.add_argument("--run-dir", default="runs/vla")
     p.add_argument("--episodes", type=int, default=50, help="eval episodes per task")
     p.add_argument("--families", nargs="+", default=["flow_vla", "token_vla"])
-    p.add_argument("--algorithms", nargs="*", default=["ppo", "grpo"], help="none: SFT only")
+    p.add_argument("--algorithms", nargs="*", default=["ppo", "grpo"],
+                   help="ppo, grpo (fine-tune the VLA), residual_ppo (a residual on the frozen VLA); none: SFT only")
     p.add_argument("--reuse", action="store_true")
     p.add_argument("overrides", nargs="*")
     a = p.parse_args()
+    for names in (a.families, a.algorithms):  # `--families token_vla key=value` also swallows the overrides
+        a.overrides += [n for n in names if "=" in n]
+        names[:] = [n for n in names if "=" not in n]
     runs = Path(a.run_dir).resolve()
     runs.mkdir(parents=True, exist_ok=True)
     demos = runs / "demos"
@@ -100,7 +106,8 @@ def main() -> None:
         sft_scores = per_task(sft_ckpt, runs / f"eval_{sft_name}", a.episodes, runs / f"eval_{sft_name}.log")
         for algorithm in a.algorithms:
             name = f"{algorithm}_{family}"
-            rl = stage(name, ["train", f"configs/{name}.yaml", f"policy.init={sft_ckpt}", *common], runs, a.reuse)
+            start = "residual.base" if algorithm.startswith("residual") else "policy.init"  # the SFT VLA frozen
+            rl = stage(name, ["train", f"configs/{name}.yaml", f"{start}={sft_ckpt}", *common], runs, a.reuse)
             rl_ckpt = runs / name / "checkpoints" / "last.safetensors"  # best may be the start itself
             rl_scores = per_task(rl_ckpt, runs / f"eval_{name}", a.episodes, runs / f"eval_{name}.log")
             rows.append({"family": family, "algorithm": algorithm, "sft": sft_scores, "rl": rl_scores,

@@ -137,13 +137,23 @@ def make_residual_env(cfg: Config, num_envs: int, seed: int, device: torch.devic
         env = make_env(cfg.env, num_envs, seed, device)
         base = import_factory(r.base, "residual.base")(env)
         return BaseActionEnv(env, base, getattr(base, "execute", 1))
-    policy, base_cfg = load_base_policy(r.base, device)
-    if base_cfg.env.id != cfg.env.id:
-        raise UserError(f"residual.base '{r.base}' was trained on {base_cfg.env.id}, not {cfg.env.id}")
+    policy, base_cfg, base_spaces = load_base_policy(r.base, device)
     if cfg.env.obs_history not in (1, base_cfg.env.obs_history):
         raise UserError(f"env.obs_history is set by the base checkpoint ({base_cfg.env.obs_history}); leave it at 1")
     env = make_env(dataclasses.replace(cfg.env, obs_history=base_cfg.env.obs_history), num_envs, seed, device)
+    if describe_spaces(env) != base_spaces:  # another task of the same observations is fine (per-task evals)
+        spaces = describe_spaces(env)
+        env.close()
+        raise UserError(f"residual.base '{r.base}' was trained on {base_cfg.env.id} ({base_spaces}); "
+                        f"{cfg.env.id} has {spaces}: it cannot be this env's base")
     return BaseActionEnv(env, lambda obs: policy.act(obs, deterministic=True).action, base_cfg.env.action_chunk)
+
+
+def describe_spaces(env: sim.VecEnv) -> str:
+    """The shapes of an env's observations and of one control step's action, e.g. 'state (24,), action (4,)'."""
+    shapes = {k: getattr(s, "shape", None) for k, s in env.observation_space.spaces.items()}
+    shapes["action"] = (env.action_dim,)
+    return ", ".join(f"{k} {tuple(v) if v is not None else '-'}" for k, v in shapes.items())
 
 
 def make_expert_base(env_id: str, env: sim.VecEnv, r: ResidualConfig, seed: int) -> ImperfectExpert:
@@ -156,8 +166,8 @@ def make_expert_base(env_id: str, env: sim.VecEnv, r: ResidualConfig, seed: int)
         raise UserError(f"residual.base expert: {exc}") from exc
 
 
-def load_base_policy(path: str, device: torch.device) -> tuple[nn.Module, Config]:
-    """A trained roborl policy, frozen, and the config it was trained with."""
+def load_base_policy(path: str, device: torch.device) -> tuple[nn.Module, Config, str]:
+    """A trained roborl policy, frozen, the config it was trained with and its env's `describe_spaces`."""
     from roborl.checkpoint import Checkpoint
 
     ckpt = Checkpoint(path)
@@ -166,9 +176,10 @@ def load_base_policy(path: str, device: torch.device) -> tuple[nn.Module, Config
         raise UserError(f"residual.base '{path}' is itself a residual policy; use its base, or export it first")
     probe = make_env(base_cfg.env, 1, 0, torch.device("cpu"))
     policy = make_policy(base_cfg.policy, probe, base_cfg.env.action_chunk)
+    spaces = describe_spaces(probe)
     probe.close()
     ckpt.load_policy(policy)
-    return policy.to(device).eval().requires_grad_(False), base_cfg
+    return policy.to(device).eval().requires_grad_(False), base_cfg, spaces
 
 
 def make_run_env(cfg: Config, num_envs: int, seed: int, device: torch.device) -> sim.VecEnv:

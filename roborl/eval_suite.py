@@ -102,18 +102,16 @@ def checked(suite: Suite) -> Suite:
 
 def _spaces(ckpt: Checkpoint, env_id: str) -> str:
     """The observation and action shapes of the checkpoint's run environment on `env_id` (one env, on CPU)."""
-    from roborl.builder import make_run_env
+    from roborl.builder import describe_spaces, make_run_env
     from roborl.config import config_from_dict
 
     cfg = config_from_dict(ckpt.config)
     cfg.env.id = env_id
     env = make_run_env(cfg, 1, 0, torch.device("cpu"))
     try:
-        shapes = {k: getattr(s, "shape", None) for k, s in env.observation_space.spaces.items()}
-        shapes["action"] = env.action_space.shape
+        return describe_spaces(env)
     finally:
         env.close()
-    return ", ".join(f"{k} {tuple(v) if v is not None else '-'}" for k, v in shapes.items())
 
 
 def check(suite: Suite) -> dict[str, Checkpoint]:

@@ -87,6 +87,27 @@ def test_gradients_never_reach_the_base(tmp_path):
     assert all(torch.equal(v, base.state_dict()[k]) for k, v in before.items())
 
 
+
+def test_a_checkpoint_base_serves_another_task_with_the_same_spaces(tmp_path):
+    """A VLA-style base trained on the mixed LangTabletop tasks corrects (and is evaluated) on one of them;
+    a task whose observations differ is refused in one line."""
+    from roborl.checkpoint import save_checkpoint
+    from roborl.config import config_to_dict
+
+    base_cfg = config_from_dict({"env": {"id": "mujoco/LangTabletopFixed-ReachPushLift", "obs_mode": "state"},
+                                 "policy": {"kind": "gaussian", "hidden": [16]}})
+    _, base = build(base_cfg, torch.device("cpu"))
+    path = tmp_path / "base.safetensors"
+    save_checkpoint(path, base, None, config_to_dict(base_cfg), {})
+    residual = {"policy": {"kind": "residual", "hidden": [16]}, "residual": {"base": str(path)}}
+    env, _ = build(config_from_dict({"env": {"id": "mujoco/LangTabletopFixed-Push", "obs_mode": "state", "num_envs": 2},
+                                     **residual}), torch.device("cpu"))
+    assert env.reset(seed=0)["base_action"].shape == (2, 4)
+    with pytest.raises(UserError, match=r"trained on mujoco/LangTabletopFixed-ReachPushLift \(state \(\d+,\).*"
+                                        r"mujoco/Reach has state"):
+        build(config_from_dict({"env": {"id": "mujoco/Reach"}, **residual}), torch.device("cpu"))
+
+
 class CountingChunkBase:
     """Chunks whose action encodes (call number, index in chunk); records resets."""
 

@@ -18,7 +18,7 @@ from policies.flow_rl import noise_std  # noqa: E402
 from policies.vla.flow_vla import FlowVLAPolicy  # noqa: E402
 from policies.vla.spec import VLASpec  # noqa: E402
 from policies.vla.token_vla import TokenVLAPolicy  # noqa: E402
-from policies.vla.tokenizer import char_tokenizer, load_tokenizer  # noqa: E402
+from policies.vla.tokenizer import char_tokenizer, load_tokenizer, word_tokenizer  # noqa: E402
 from roborl.algos.ppo import PPO  # noqa: E402
 from roborl.buffer import RolloutBuffer  # noqa: E402
 from roborl.config import PPOConfig, config_from_dict  # noqa: E402
@@ -73,6 +73,26 @@ def test_tokenizer_round_trips_an_instruction_offline(tmp_path):
     tok.save_pretrained(tmp_path)
     again = load_tokenizer(tmp_path)
     assert again(text)["input_ids"] == ids and again.decode(ids) == text
+
+
+
+def test_word_tokenizer_gives_instruction_words_one_token_and_spells_out_the_rest(tmp_path):
+    from tasks.language import TASK_NAMES, all_instructions
+
+    tok = word_tokenizer(21)
+    assert tok.tokenize("Push the RED cube to the robot's left!") == [
+        "push", "the", "red", "cube", "to", "the", "robot's", "left", "!"]
+    left, right = tok.convert_tokens_to_ids(["left", "right"])
+    assert left != right and tok.unk_token_id not in (left, right)
+    spelled = tok("pick up the zebra mug")["input_ids"]
+    assert tok.unk_token_id not in spelled and tok.decode(spelled) == "pick up the zebra mug"
+    assert tok.convert_ids_to_tokens([len(tok) - 21, len(tok) - 1]) == ["<a0>", "<a20>"]
+    for task in TASK_NAMES:  # every LangTabletop instruction: whole words, at most 16 tokens
+        for text in all_instructions(task):
+            tokens = tok.tokenize(text)
+            assert len(tokens) <= 16 and not any(t.startswith("##") for t in tokens), text
+    tok.save_pretrained(tmp_path)
+    assert load_tokenizer(tmp_path)("go left")["input_ids"] == tok("go left")["input_ids"]
 
 
 # ---- token VLA ------------------------------------------------------------------------------------

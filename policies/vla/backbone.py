@@ -29,7 +29,7 @@ from transformers import (
 
 from policies.normalizer import RunningNormalizer
 from policies.vla.spec import VLASpec
-from policies.vla.tokenizer import char_tokenizer, load_tokenizer
+from policies.vla.tokenizer import TOKENIZERS, load_tokenizer
 
 LANGUAGE_CONFIGS = {"qwen2": Qwen2Config, "llama": LlamaConfig, "gemma": GemmaConfig}
 
@@ -74,7 +74,7 @@ def load_parts(spec: VLASpec, saved: Path | None = None
     if spec.language_path:
         path = require_checkpoint(spec.language_path, "policy.vla.language_path", "a causal language model")
         return vision, AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True), load_tokenizer(path)
-    tokenizer = char_tokenizer(spec.bins)
+    tokenizer = TOKENIZERS[spec.tokenizer](spec.bins)
     return vision, AutoModelForCausalLM.from_config(tiny_language_config(spec, tokenizer)), tokenizer
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 FINETUNE_MODES = ("frozen", "lora", "full")
+TOKENIZERS = ("char", "word")
 DTYPES = ("float32", "bfloat16")
 LANGUAGE_MODELS = ("qwen2", "llama", "gemma")
 
@@ -24,6 +25,7 @@ class VLASpec:
     hidden: int = 64
     layers: int = 2
     heads: int = 2
+    tokenizer: str = "char"  # char | word (tiny backbones only; a language_path brings its own)
     # prompt
     prompt: str = "{instruction}"  # e.g. "In: What action should the robot take to {instruction}?\nOut:"
     max_text_tokens: int = 64  # instructions are padded / truncated to this many tokens
@@ -52,6 +54,8 @@ class VLASpec:
                              f"{', '.join(FINETUNE_MODES)}")
         if self.dtype not in DTYPES:
             raise ValueError(f"policy.vla.dtype '{self.dtype}' is unknown; available: {', '.join(DTYPES)}")
+        if self.tokenizer not in TOKENIZERS:
+            raise ValueError(f"policy.vla.tokenizer '{self.tokenizer}' is unknown; available: {', '.join(TOKENIZERS)}")
         if self.language_model not in LANGUAGE_MODELS:
             raise ValueError(f"policy.vla.language_model '{self.language_model}' is unknown; available: "
                              f"{', '.join(LANGUAGE_MODELS)}")
