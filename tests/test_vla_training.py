@@ -1,6 +1,7 @@
 """The VLA pipeline end to end on LangTabletop images: scripted demos with images and instructions ->
-`roborl bc` of both VLA families -> PPO and GRPO starting from the SFT checkpoint (`policy.init`), on
-tiny backbones and a few steps. Learning itself is `bench/vla.py`'s (minutes, not a test)."""
+`roborl bc` of both VLA families -> PPO and GRPO starting from the SFT checkpoint (`policy.init`) and
+residual PPO on it (`residual.base`), on tiny backbones and a few steps. Learning itself is
+`bench/vla.py`'s (minutes, not a test)."""
 import os
 
 import pytest
@@ -77,6 +78,15 @@ def test_sft_lowers_the_demo_loss_and_rl_starts_from_it(kind, demos, tmp_path):
         assert out["iterations"] == 1 and out["env_steps"] >= 160 and 0 <= out["success_rate"] <= 1, out
         assert all(torch.isfinite(p).all() for p in trainer.policy.parameters())
 
+    # residual PPO on the frozen SFT VLA: the VLA runs its chunks inside the env, the residual acts every step
+    trainer = make_trainer(config(kind, tmp_path, "policy.kind=residual", "policy.hidden=[16]", "env.action_chunk=1",
+                                  f"residual.base={best}", "train.rollout_steps=10", "train.total_steps=80",
+                                  "algo.epochs=1", "algo.minibatches=2", "train.eval_every=1",
+                                  f"train.name=res_{kind}"))
+    assert trainer.env.execute == 2 and trainer.env.observation_space["base_action"].shape == (4,)
+    out = trainer.train()
+    assert out["iterations"] == 1 and out["env_steps"] >= 80 and 0 <= out["success_rate"] <= 1, out
+
 
 def test_vla_sft_needs_images(demos, tmp_path):
     cfg = load_config(None, [f"env.id={TASK}", "env.obs_mode=state", "policy.kind=token_vla", f"bc.demos={demos}",
@@ -102,3 +112,8 @@ def test_the_six_configs_load_and_rl_fits_its_sft_checkpoint(family):
         assert rl.policy.vla.finetune in ("frozen", sft.policy.vla.finetune)  # the same weights, maybe frozen
         if algorithm == "grpo":
             assert rl.train.rollout_steps * rl.env.action_chunk == rl.env.episode_length
+    residual = load_config(ROOT / f"configs/residual_ppo_{family}.yaml", [])
+    assert residual.policy.kind == "residual" and residual.train.name == f"residual_ppo_{family}"
+    assert residual.residual.base == f"runs/sft_{family}/checkpoints/best.safetensors"
+    assert (residual.env.id, residual.env.episode_length, residual.env.obs_mode, residual.env.render_size,
+            residual.env.action_chunk) == (sft.env.id, sft.env.episode_length, "rgb", sft.env.render_size, 1)
