@@ -15,7 +15,6 @@ import torch
 
 from roborl.checkpoint import Checkpoint
 from roborl.evaluate import load_for_eval
-from tasks.arm import CUBE_HALF
 from tasks.language import DIRECTION_XY
 
 TASK = "mujoco/LangTabletopFixed-Push"
@@ -29,7 +28,8 @@ def push_sides(checkpoint: str, episodes: int = 50, seed: int = 12345) -> dict[s
         obs = env.reset(seed=seed)
         dirs = torch.tensor(DIRECTION_XY, dtype=torch.float64)
         named = (sim.push_direction[:, None] == dirs[None]).all(-1).long().argmax(-1)
-        offset = dirs[None] * (CUBE_HALF + 0.02)  # sim.push_pose() for each of the four directions
+        behind = (sim.cube.pos[:, :2] - sim.push_pose()[:, :2]).norm(dim=-1)  # how far push_pose is from the cube
+        offset = dirs[None] * behind[:, None, None]  # sim.push_pose() for each of the four directions
         poses = torch.stack([sim.cube.pos[:, None, :2] - offset, sim.other.pos[:, None, :2] - offset], 1)  # n×2×4×2
         closest = torch.full(poses.shape[:3], float("inf"), dtype=torch.float64)
         for _ in range(env.max_episode_steps or 60):

@@ -141,8 +141,8 @@ def make_residual_env(cfg: Config, num_envs: int, seed: int, device: torch.devic
     if cfg.env.obs_history not in (1, base_cfg.env.obs_history):
         raise UserError(f"env.obs_history is set by the base checkpoint ({base_cfg.env.obs_history}); leave it at 1")
     env = make_env(dataclasses.replace(cfg.env, obs_history=base_cfg.env.obs_history), num_envs, seed, device)
-    if describe_spaces(env) != base_spaces:  # another task of the same observations is fine (per-task evals)
-        spaces = describe_spaces(env)
+    spaces = describe_spaces(env)
+    if spaces != base_spaces:  # another task of the same observations is fine (per-task evals)
         env.close()
         raise UserError(f"residual.base '{r.base}' was trained on {base_cfg.env.id} ({base_spaces}); "
                         f"{cfg.env.id} has {spaces}: it cannot be this env's base")

@@ -87,7 +87,6 @@ def test_gradients_never_reach_the_base(tmp_path):
     assert all(torch.equal(v, base.state_dict()[k]) for k, v in before.items())
 
 
-
 def test_a_checkpoint_base_serves_another_task_with_the_same_spaces(tmp_path):
     """A VLA-style base trained on the mixed LangTabletop tasks corrects (and is evaluated) on one of them;
     a task whose observations differ is refused in one line."""

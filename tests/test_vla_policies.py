@@ -75,7 +75,6 @@ def test_tokenizer_round_trips_an_instruction_offline(tmp_path):
     assert again(text)["input_ids"] == ids and again.decode(ids) == text
 
 
-
 def test_word_tokenizer_gives_instruction_words_one_token_and_spells_out_the_rest(tmp_path):
     from tasks.language import TASK_NAMES, all_instructions
 
