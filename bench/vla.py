@@ -3,16 +3,20 @@ cube; 64×64 images, instructions, proprio): SFT of each family on scripted demo
 the SFT checkpoint, and (`--algorithms ... residual_ppo`) residual PPO on the frozen SFT VLA. Every stage
 runs as its own `roborl` process, so its peak memory is that process's.
 
+`--families flow_state` runs the flow VLA's action expert and RL code on the same tasks with privileged
+state (objects, goal, task one-hot) instead of image and instruction: what RL adds there is what it can add
+on these tasks once perception and grounding are solved, the headroom the VLAs' RL gains compare against.
+
 Prints, per family and algorithm, the success of the SFT start and of the RL result on each task and on
 their average (deterministic eval, `--episodes` fresh episodes per task), with the env steps, wall time,
 peak memory and rollout frames/s of each stage. Writes `<run-dir>/vla.{json,md}`.
 
-Usage: python bench/vla.py [--run-dir runs/vla] [--episodes 50] [--families flow_vla token_vla]
+Usage: python bench/vla.py [--run-dir runs/vla] [--episodes 50] [--families flow_vla token_vla flow_state]
                            [--algorithms ppo grpo residual_ppo] [--reuse] [key=value ...]
 `--reuse` keeps every stage whose run already finished. Overrides go to every stage (e.g. train.threads=2).
-On 2 CPU cores, one family per bench (two benches side by side): demos (900 episodes) ≈ 3 min, SFT ≈ 4 min,
-each RL run 15–25 min (its config's train.max_minutes or total_steps), each per-task evaluation (150
-episodes) ≈ 1 min.
+On 2 CPU cores, one VLA family per bench (two benches side by side): demos (900 episodes) ≈ 3 min, SFT ≈ 4
+min, each RL run 15–25 min (its config's train.max_minutes or total_steps), each per-task evaluation (150
+episodes) ≈ 1 min. flow_state: demos ≈ 10 s, SFT ≈ 30 s, each RL run 10 min.
 """
 from __future__ import annotations
 
@@ -27,8 +31,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = {name: f"mujoco/LangTabletopFixed-{name.capitalize()}" for name in ("reach", "push", "lift")}
-DEMO_ARGS = ["LangTabletopFixed-ReachPushLift", "--rgb", "--episode-length", "60", "--episodes", "900", "--envs", "30",
+DEMO_ARGS = ["LangTabletopFixed-ReachPushLift", "--episode-length", "60", "--episodes", "900", "--envs", "30",
              "--noise", "0.3", "--dart"]
+STATE_FAMILIES = ("flow_state",)  # the VLAs' tasks on privileged state: demos without images
 
 
 def run_stage(args: list[str], log: Path) -> dict:
@@ -63,6 +68,16 @@ def per_task(checkpoint: Path, out: Path, episodes: int, log: Path) -> dict[str,
     return scores
 
 
+def record_demos(runs: Path, images: bool) -> Path:
+    """The scripted demos (900 episodes) the SFT stages learn from, recorded once per run dir."""
+    demos = runs / ("demos" if images else "demos_state")
+    if not (demos / "demos.hdf5").exists():
+        print(f"recording {demos.name} ...", flush=True)
+        run_stage(["demos", *DEMO_ARGS, *(["--rgb"] if images else []), "--out", str(demos), "--quiet"],
+                  runs / f"{demos.name}.log")
+    return demos
+
+
 def stage(name: str, command: list[str], runs: Path, reuse: bool) -> dict:
     """Runs (or, with --reuse, keeps) one training stage; its summary plus the process measurements."""
     run = runs / name
@@ -93,14 +108,11 @@ def main() -> None:
         names[:] = [n for n in names if "=" not in n]
     runs = Path(a.run_dir).resolve()
     runs.mkdir(parents=True, exist_ok=True)
-    demos = runs / "demos"
-    if not (demos / "demos.hdf5").exists():
-        print("recording demos ...", flush=True)
-        run_stage(["demos", *DEMO_ARGS, "--out", str(demos), "--quiet"], runs / "demos.log")
     common = [f"train.run_dir={runs}", "train.progress=false", *a.overrides]
     rows = []
     for family in a.families:
         sft_name = f"sft_{family}"
+        demos = record_demos(runs, images=family not in STATE_FAMILIES)
         sft = stage(sft_name, ["bc", f"configs/{sft_name}.yaml", f"bc.demos={demos}", *common], runs, a.reuse)
         sft_ckpt = runs / sft_name / "checkpoints" / "best.safetensors"
         sft_scores = per_task(sft_ckpt, runs / f"eval_{sft_name}", a.episodes, runs / f"eval_{sft_name}.log")

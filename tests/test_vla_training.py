@@ -117,3 +117,31 @@ def test_the_six_configs_load_and_rl_fits_its_sft_checkpoint(family):
     assert residual.residual.base == f"runs/sft_{family}/checkpoints/best.safetensors"
     assert (residual.env.id, residual.env.episode_length, residual.env.obs_mode, residual.env.render_size,
             residual.env.action_chunk) == (sft.env.id, sft.env.episode_length, "rgb", sft.env.render_size, 1)
+
+
+def test_the_state_configs_pose_the_vla_tasks_on_privileged_state():
+    """`bench/vla.py --families flow_state`: the flow VLA's env, chunking and flow chain on privileged state,
+    so its RL gain is what RL can add on these tasks without perception."""
+    vla = load_config(ROOT / "configs/sft_flow_vla.yaml", [])
+    sft = load_config(ROOT / "configs/sft_flow_state.yaml", [])
+    assert sft.train.name == "sft_flow_state" and sft.env.obs_mode == "state" and sft.policy.kind == "flow"
+    assert (sft.env.id, sft.env.episode_length, sft.env.action_chunk, sft.policy.horizon, sft.policy.steps) == \
+           (vla.env.id, vla.env.episode_length, vla.env.action_chunk, vla.policy.horizon, vla.policy.steps)
+    for algorithm in ("ppo", "grpo"):
+        rl = load_config(ROOT / f"configs/{algorithm}_flow_state.yaml", [])
+        assert rl.train.algorithm == algorithm and rl.train.name == f"{algorithm}_flow_state"
+        assert rl.policy.init == "runs/sft_flow_state/checkpoints/best.safetensors"
+        assert rl.policy.rl_mode == "flow_noise"
+        assert (rl.env.id, rl.env.obs_mode, rl.env.episode_length, rl.env.action_chunk) == \
+               (sft.env.id, "state", sft.env.episode_length, sft.env.action_chunk)
+        assert (rl.policy.horizon, rl.policy.steps, rl.policy.denoiser, rl.policy.hidden) == \
+               (sft.policy.horizon, sft.policy.steps, sft.policy.denoiser, sft.policy.hidden)
+        if algorithm == "grpo":
+            assert rl.train.rollout_steps * rl.env.action_chunk == rl.env.episode_length
+    privileged = make_env(sft.env, 1, 0, torch.device("cpu"))
+    proprio = make_env(vla.env, 1, 0, torch.device("cpu"))
+    try:  # the state holds the objects and the goal on top of the proprio the VLA sees
+        assert privileged.observation_space["state"].shape[0] > proprio.observation_space["state"].shape[0]
+    finally:
+        privileged.close()
+        proprio.close()
