@@ -94,6 +94,17 @@ def test_word_tokenizer_gives_instruction_words_one_token_and_spells_out_the_res
     assert load_tokenizer(tmp_path)("go left")["input_ids"] == tok("go left")["input_ids"]
 
 
+def test_the_spec_accepts_exactly_the_tokenizers_that_are_built():
+    """`spec.TOKENIZERS` (checked without importing `tokenizers`) names the builders of tokenizer.TOKENIZERS."""
+    from policies.vla import spec, tokenizer
+
+    assert spec.TOKENIZERS == tuple(tokenizer.TOKENIZERS)
+    for name in spec.TOKENIZERS:
+        VLASpec(tokenizer=name).check()
+    with pytest.raises(ValueError, match="tokenizer 'bpe' is unknown; available: char, word"):
+        VLASpec(tokenizer="bpe").check()
+
+
 # ---- token VLA ------------------------------------------------------------------------------------
 def manual_token_logits(policy, obs, text_ids, bins):
     """The LM's full-vocabulary logits on [prefix, action tokens[:-1]], by the causal LM's own forward."""
