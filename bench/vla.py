@@ -29,11 +29,13 @@ from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from roborl.config import load_config
+from roborl.errors import UserError
+
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = {name: f"mujoco/LangTabletopFixed-{name.capitalize()}" for name in ("reach", "push", "lift")}
 DEMO_ARGS = ["LangTabletopFixed-ReachPushLift", "--episode-length", "60", "--episodes", "900", "--envs", "30",
              "--noise", "0.3", "--dart"]
-STATE_FAMILIES = ("flow_state",)  # the VLAs' tasks on privileged state: demos without images
 
 
 def run_stage(args: list[str], log: Path) -> dict:
@@ -112,7 +114,11 @@ def main() -> None:
     rows = []
     for family in a.families:
         sft_name = f"sft_{family}"
-        demos = record_demos(runs, images=family not in STATE_FAMILIES)
+        try:
+            images = "rgb" in load_config(ROOT / f"configs/{sft_name}.yaml").env.obs_mode  # flow_state: state only
+        except UserError as exc:
+            raise SystemExit(f"bench/vla.py: family '{family}': {exc}") from None
+        demos = record_demos(runs, images)
         sft = stage(sft_name, ["bc", f"configs/{sft_name}.yaml", f"bc.demos={demos}", *common], runs, a.reuse)
         sft_ckpt = runs / sft_name / "checkpoints" / "best.safetensors"
         sft_scores = per_task(sft_ckpt, runs / f"eval_{sft_name}", a.episodes, runs / f"eval_{sft_name}.log")
