@@ -3,6 +3,9 @@ cube; 64×64 images, instructions, proprio): SFT of each family on scripted demo
 the SFT checkpoint, and (`--algorithms ... residual_ppo`) residual PPO on the frozen SFT VLA. Every stage
 runs as its own `roborl` process, so its peak memory is that process's.
 
+`--families flow_vla_fewshot` runs pi0's recipe: the flow VLA's SFT backbone (`sft_flow_vla`, run first)
+under a new flow expert cloned from 15 demos, then PPO and GRPO of the expert on the frozen features.
+
 `--families flow_state` runs the flow VLA's action expert and RL code on the same tasks with privileged
 state (objects, goal, task one-hot) instead of image and instruction: what RL adds there is what it can add
 on these tasks once perception and grounding are solved, the headroom the VLAs' RL gains compare against.
@@ -11,12 +14,14 @@ Prints, per family and algorithm, the success of the SFT start and of the RL res
 their average (deterministic eval, `--episodes` fresh episodes per task), with the env steps, wall time,
 peak memory and rollout frames/s of each stage. Writes `<run-dir>/vla.{json,md}`.
 
-Usage: python bench/vla.py [--run-dir runs/vla] [--episodes 50] [--families flow_vla token_vla flow_state]
+Usage: python bench/vla.py [--run-dir runs/vla] [--episodes 50]
+                           [--families flow_vla token_vla flow_vla_fewshot flow_state]
                            [--algorithms ppo grpo residual_ppo] [--reuse] [key=value ...]
 `--reuse` keeps every stage whose run already finished. Overrides go to every stage (e.g. train.threads=2).
 On 2 CPU cores, one VLA family per bench (two benches side by side): demos (900 episodes) ≈ 3 min, SFT ≈ 4
 min, each RL run 15–25 min (its config's train.max_minutes or total_steps), each per-task evaluation (150
-episodes) ≈ 1 min. flow_state: demos ≈ 10 s, SFT ≈ 30 s, each RL run 10 min.
+episodes) ≈ 1 min. flow_vla_fewshot: its SFT ≈ 2 min after sft_flow_vla's, each RL run 55 min. flow_state:
+demos ≈ 10 s, SFT ≈ 30 s, each RL run 10 min.
 """
 from __future__ import annotations
 
@@ -80,6 +85,12 @@ def record_demos(runs: Path, images: bool) -> Path:
     return demos
 
 
+def pretraining_stage(init: str | None) -> str | None:
+    """The SFT stage whose weights a family's SFT starts from (its `policy.init: runs/<stage>/checkpoints/...`)."""
+    parts = Path(init).parts if init else ()
+    return parts[1] if len(parts) > 3 and parts[0] == "runs" and parts[2] == "checkpoints" else None
+
+
 def stage(name: str, command: list[str], runs: Path, reuse: bool) -> dict:
     """Runs (or, with --reuse, keeps) one training stage; its summary plus the process measurements."""
     run = runs / name
@@ -115,11 +126,16 @@ def main() -> None:
     for family in a.families:
         sft_name = f"sft_{family}"
         try:
-            images = "rgb" in load_config(ROOT / f"configs/{sft_name}.yaml").env.obs_mode  # flow_state: state only
+            sft_cfg = load_config(ROOT / f"configs/{sft_name}.yaml")
         except UserError as exc:
             raise SystemExit(f"bench/vla.py: family '{family}': {exc}") from None
-        demos = record_demos(runs, images)
-        sft = stage(sft_name, ["bc", f"configs/{sft_name}.yaml", f"bc.demos={demos}", *common], runs, a.reuse)
+        demos = record_demos(runs, "rgb" in sft_cfg.env.obs_mode)  # flow_state: state only
+        start = []
+        if pre := pretraining_stage(sft_cfg.policy.init):  # flow_vla_fewshot: the backbone of sft_flow_vla
+            stage(pre, ["bc", f"configs/{pre}.yaml", f"bc.demos={demos}", *common], runs, a.reuse)
+            start = [f"policy.init={runs / pre / 'checkpoints' / 'best.safetensors'}"]
+        sft = stage(sft_name, ["bc", f"configs/{sft_name}.yaml", f"bc.demos={demos}", *start, *common], runs,
+                    a.reuse)
         sft_ckpt = runs / sft_name / "checkpoints" / "best.safetensors"
         sft_scores = per_task(sft_ckpt, runs / f"eval_{sft_name}", a.episodes, runs / f"eval_{sft_name}.log")
         for algorithm in a.algorithms:

@@ -45,7 +45,7 @@ def train_bc(cfg: Config) -> dict:
         raise UserError(f"demonstration states have {data.obs.shape[1]} dims but the env's have "
                         f"{env.observation_space['state'].shape[0]}: record the demos with this env's settings")
     if cfg.policy.init:  # go on from an earlier SFT run's weights
-        load_pretrained(policy, cfg.policy.init)
+        load_pretrained(policy, cfg.policy.init, cfg.policy.init_modules)
     policy.fit_normalizer(data.obs.to(device))
     batch = demo_batches(data, policy, device)
     actions = data.actions.to(device)

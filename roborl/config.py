@@ -92,6 +92,8 @@ class PolicyConfig:
     init_log_std: float = -0.5
     normalize_obs: bool = True
     init: str | None = None  # start from this checkpoint's weights (a BC policy, for RL fine-tuning)
+    # take only these submodules from `init` (e.g. [backbone]: a VLA's pretrained backbone, a new expert)
+    init_modules: list[str] = field(default_factory=list)
     horizon: int = 1  # H: actions predicted per decision (diffusion / flow); env.action_chunk of them run
     denoiser: str = "mlp"  # mlp | unet (diffusion / flow network)
     critic_hidden: list[int] = field(default_factory=lambda: [256, 256])
@@ -124,6 +126,7 @@ class PPOConfig:
     desired_kl: float = 0.01
     anneal_lr: bool = False  # decay the policy's lr linearly to 0 over train.total_steps (CleanRL)
     critic_lr: float | None = None  # a learning rate of the critic's own (None: algo.lr for everything)
+    backbone_lr: float | None = None  # a VLA backbone's own learning rate (None: algo.lr), e.g. slow under a fast expert
     value_clip: float | None = None  # clip range of the value loss (None: algo.clip)
     critic_warmup: int = 0  # iterations that fit only the critic before the policy moves
     bc_coef: float = 0.0  # weight of the pull toward the pretrained policy (diffusion / flow)

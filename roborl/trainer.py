@@ -81,7 +81,7 @@ class Trainer:
             torch.manual_seed(cfg.train.seed + self.iteration)
         else:
             if cfg.policy.init:
-                load_pretrained(self.policy, cfg.policy.init)
+                load_pretrained(self.policy, cfg.policy.init, cfg.policy.init_modules)
             run_dir = None
         self.run_dir = self.open_run_dir(run_dir)
         self.eval_env = None

@@ -314,6 +314,21 @@ def test_frozen_backbone_features_stored_at_act_give_the_same_log_probs_as_a_bac
     assert "features" not in full.act(obs).extras  # a backbone that trains is run again in every update
 
 
+def test_backbone_lr_is_a_group_of_its_own_that_follows_the_policy_lr():
+    """`algo.backbone_lr`: a slow backbone under a fast expert; annealing keeps the ratio, the critic's stays."""
+    policy = flow_vla("flow_noise", finetune="full")
+    ppo = PPO(policy, PPOConfig(lr=1e-4, backbone_lr=1e-5, critic_lr=1e-3))
+    groups = ppo.optimizer.param_groups
+    assert [g["lr"] for g in groups] == [1e-4, 1e-5, 1e-3]
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in policy.backbone.parameters()}
+    assert {id(p) for p in groups[2]["params"]} == {id(p) for p in policy.critic.parameters()}
+    assert sum(len(g["params"]) for g in groups) == len([p for p in policy.parameters() if p.requires_grad])
+    ppo.set_lr(5e-5)
+    assert [g["lr"] for g in ppo.optimizer.param_groups] == pytest.approx([5e-5, 5e-6, 1e-3])
+    with pytest.raises(UserError, match="algo.backbone_lr needs a VLA policy whose backbone trains"):
+        PPO(flow_vla("flow_noise", finetune="frozen"), PPOConfig(backbone_lr=1e-5))
+
+
 @pytest.mark.parametrize("detach", [True, False])
 def test_detach_value_stops_value_gradients_at_the_backbone(detach):
     for policy in (token_vla(detach_value=detach), flow_vla(detach_value=detach)):

@@ -12,8 +12,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("transformers")
 
 from roborl.bc import demo_batches, train_bc  # noqa: E402
-from roborl.builder import make_env, make_policy  # noqa: E402
-from roborl.checkpoint import Checkpoint  # noqa: E402
+from roborl.builder import load_pretrained, make_env, make_policy  # noqa: E402
+from roborl.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
 from roborl.config import load_config  # noqa: E402
 from roborl.demos import load_demos, record_demos  # noqa: E402
 from roborl.errors import UserError  # noqa: E402
@@ -88,6 +88,30 @@ def test_sft_lowers_the_demo_loss_and_rl_starts_from_it(kind, demos, tmp_path):
     assert out["iterations"] == 1 and out["env_steps"] >= 80 and 0 <= out["success_rate"] <= 1, out
 
 
+def test_init_modules_takes_the_pretrained_backbone_and_keeps_a_new_expert(tmp_path):
+    """`policy.init_modules=[backbone]`: pi0's start, a pretrained backbone under a freshly initialized
+    expert (and value head); without it every tensor of the checkpoint is loaded."""
+    cfg = config("flow_vla", tmp_path, "policy.rl_mode=flow_noise")
+    env = make_env(cfg.env, 1, 0, torch.device("cpu"))
+    torch.manual_seed(0)
+    pretrained = make_policy(cfg.policy, env, cfg.env.action_chunk)
+    path = tmp_path / "pretrained.safetensors"
+    save_checkpoint(path, pretrained, None, {}, {})
+    torch.manual_seed(1)
+    policy = make_policy(cfg.policy, env, cfg.env.action_chunk)
+    fresh = {k: v.clone() for k, v in policy.state_dict().items()}
+    load_pretrained(policy, str(path), ["backbone"])
+    theirs, ours = pretrained.state_dict(), policy.state_dict()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours if k.startswith("backbone."))
+    assert all(torch.equal(ours[k], fresh[k]) for k in ours if not k.startswith("backbone."))
+    assert not torch.equal(ours["denoiser.net.0.weight"], theirs["denoiser.net.0.weight"])
+    load_pretrained(policy, str(path))
+    assert all(torch.equal(v, theirs[k]) for k, v in policy.state_dict().items() if not k.startswith("reference."))
+    with pytest.raises(UserError, match=r"policy.init_modules \['vision'\] are not modules of both"):
+        load_pretrained(policy, str(path), ["vision"])
+    env.close()
+
+
 def test_vla_sft_needs_images(demos, tmp_path):
     cfg = load_config(None, [f"env.id={TASK}", "env.obs_mode=state", "policy.kind=token_vla", f"bc.demos={demos}",
                              f"train.run_dir={tmp_path}"])
@@ -145,3 +169,28 @@ def test_the_state_configs_pose_the_vla_tasks_on_privileged_state():
     finally:
         privileged.close()
         proprio.close()
+
+
+def test_the_fewshot_configs_put_a_new_expert_on_the_flow_sft_backbone():
+    """`bench/vla.py --families flow_vla_fewshot`: SFT takes only the backbone of `sft_flow_vla` (frozen) and
+    clones a new expert from 15 demos; PPO and GRPO start from it with the same backbone and expert."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_vla", ROOT / "bench/vla.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    vla = load_config(ROOT / "configs/sft_flow_vla.yaml", [])
+    sft = load_config(ROOT / "configs/sft_flow_vla_fewshot.yaml", [])
+    assert sft.policy.init == "runs/sft_flow_vla/checkpoints/best.safetensors"
+    assert sft.policy.init_modules == ["backbone"] and sft.policy.vla.finetune == "frozen"
+    assert bench.pretraining_stage(sft.policy.init) == "sft_flow_vla"
+    assert bench.pretraining_stage(vla.policy.init) is None
+    assert sft.bc.max_episodes == 15 and sft.train.name == "sft_flow_vla_fewshot"
+    assert sft.policy.vla == vla.policy.vla.__class__(**{**vars(vla.policy.vla), "finetune": "frozen"})
+    assert (sft.env, sft.policy.horizon, sft.policy.steps) == (vla.env, vla.policy.horizon, vla.policy.steps)
+    for algorithm in ("ppo", "grpo"):
+        rl = load_config(ROOT / f"configs/{algorithm}_flow_vla_fewshot.yaml", [])
+        assert rl.train.algorithm == algorithm and rl.train.name == f"{algorithm}_flow_vla_fewshot"
+        assert rl.policy.init == "runs/sft_flow_vla_fewshot/checkpoints/best.safetensors" and not rl.policy.init_modules
+        assert rl.policy.vla == sft.policy.vla and rl.policy.rl_mode == "flow_noise"
+        assert (rl.env.id, rl.env.obs_mode, rl.env.episode_length, rl.env.action_chunk) == \
+               (sft.env.id, "rgb", sft.env.episode_length, sft.env.action_chunk)

@@ -18,6 +18,7 @@ from policies.act import Act
 from roborl.buffer import RolloutBuffer
 from roborl.compiling import maybe_compile
 from roborl.config import PPOConfig
+from roborl.errors import UserError
 
 
 def take(data: dict, idx: torch.Tensor) -> dict:
@@ -31,13 +32,7 @@ class PPO:
         self.cfg = cfg
         self.lr = cfg.lr
         params = [p for p in policy.parameters() if p.requires_grad]
-        if cfg.critic_lr is not None:
-            critic = {id(p) for p in policy.critic.parameters()}
-            groups = [{"params": [p for p in params if id(p) not in critic], "lr": cfg.lr},
-                      {"params": [p for p in params if id(p) in critic], "lr": cfg.critic_lr}]
-            self.optimizer = torch.optim.Adam(groups, lr=cfg.lr, eps=1e-5)
-        else:
-            self.optimizer = torch.optim.Adam(params, lr=cfg.lr, eps=1e-5)
+        self.optimizer = torch.optim.Adam(self.param_groups(policy, params, cfg), lr=cfg.lr, eps=1e-5)
         self.params = params
         self.lagrange = 0.0  # λ of PPO-Lagrangian, set by the trainer
         self.loss_fn = maybe_compile(self.loss, compile)
@@ -160,7 +155,27 @@ class PPO:
             self.lr = min(1e-2, self.lr * 1.5)
         self.set_lr(self.lr)
 
+    @staticmethod
+    def param_groups(policy: nn.Module, params: list[nn.Parameter], cfg: PPOConfig) -> list[dict]:
+        """The actor's parameters at `lr` (first), a VLA backbone's at `backbone_lr` (keeping its ratio
+        to `lr`, `lr_scale`, when the lr is annealed or adapted), the critic's at a fixed `critic_lr`."""
+        backbone: set[int] = set()
+        if cfg.backbone_lr is not None:
+            backbone = {id(p) for p in getattr(policy, "backbone", nn.Module()).parameters() if p.requires_grad}
+            if not backbone:
+                raise UserError("algo.backbone_lr needs a VLA policy whose backbone trains: set "
+                                "policy.vla.finetune full or lora (or leave algo.backbone_lr unset)")
+        critic = {id(p) for p in policy.critic.parameters()} - backbone if cfg.critic_lr is not None else set()
+        groups = [{"params": [p for p in params if id(p) not in backbone | critic], "lr": cfg.lr},
+                  {"params": [p for p in params if id(p) in backbone], "lr": cfg.backbone_lr,
+                   "lr_scale": (cfg.backbone_lr or 0.0) / cfg.lr},
+                  {"params": [p for p in params if id(p) in critic], "lr": cfg.critic_lr}]
+        return [g for g in groups if g["params"]]
+
     def set_lr(self, lr: float) -> None:
-        """The policy's learning rate (the first parameter group; the critic's own `critic_lr` stays)."""
+        """The policy's learning rate (the first group); a backbone's follows at its ratio, the critic's stays."""
         self.lr = lr
         self.optimizer.param_groups[0]["lr"] = lr
+        for group in self.optimizer.param_groups[1:]:
+            if "lr_scale" in group:
+                group["lr"] = lr * group["lr_scale"]
