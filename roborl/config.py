@@ -108,6 +108,11 @@ class PolicyConfig:
     vla: VLASpec = field(default_factory=VLASpec)  # token_vla / flow_vla: backbone, fine-tuning, heads
 
 
+    def __post_init__(self) -> None:
+        if self.init_modules and not self.init:
+            raise UserError(f"policy.init_modules {self.init_modules} takes parts of policy.init, which is unset: "
+                            "set policy.init to a checkpoint (or leave policy.init_modules empty)")
+
 @dataclass
 class PPOConfig:
     lr: float = 3e-4

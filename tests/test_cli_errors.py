@@ -30,6 +30,7 @@ def assert_one_line_error(proc, *fragments: str) -> None:
     (["env.action_chunk=4"], ["needs a chunk-predicting policy"]),
     (["policy.kind=flow", "env.action_chunk=4", "policy.horizon=2"], ["policy.horizon (2) must be >= env.action_chunk (4)"]),
     (["policy.kind=diffusion", "policy.init=/nonexistent.safetensors"], ["checkpoint '/nonexistent.safetensors' does not exist"]),
+    (["policy.init_modules=[backbone]"], ["policy.init_modules ['backbone'] takes parts of policy.init, which is unset"]),
 ])
 def test_bad_config_is_one_line(tmp_path, overrides, fragments):
     proc = roborl("train", REACH, f"train.run_dir={tmp_path}", "train.name=bad", *overrides)
