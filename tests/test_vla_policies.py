@@ -314,6 +314,30 @@ def test_frozen_backbone_features_stored_at_act_give_the_same_log_probs_as_a_bac
     assert "features" not in full.act(obs).extras  # a backbone that trains is run again in every update
 
 
+def test_attention_readout_trains_on_a_frozen_backbone_from_hidden_states_stored_at_act():
+    """`vla.readout: attention`: the expert also reads every prefix token; a frozen backbone's hidden states
+    are stored at `act` (not the pooled features: the readout trains), and give the log-probs of a new pass."""
+    policy = flow_vla("flow_noise", finetune="frozen", readout="attention", readout_queries=3)
+    obs = obs_batch()
+    act = policy.act(obs)
+    assert "features" not in act.extras and act.extras["hidden"].shape[:2] == act.extras["prefix_mask"].shape
+    assert policy.cond(obs).shape == (4, 2 * 32 + 3 * 32)
+    recomputed = Act(act.action, act.log_prob, extras={k: v for k, v in act.extras.items()
+                                                       if k not in ("hidden", "prefix_mask")})
+    assert torch.allclose(policy.evaluate(obs, act)[0], policy.evaluate(obs, recomputed)[0], atol=1e-5)
+    assert torch.allclose(policy.evaluate(obs, act)[0], act.log_prob, atol=1e-5)
+    log_prob, _, _ = policy.evaluate(obs, act)
+    (policy.bc_loss(obs, act.action) - log_prob.mean()).backward()
+    assert all(p.grad is None for p in policy.backbone.parameters())
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.readout.parameters())
+    # padding is not read: a longer padded prompt gives the same condition
+    wide = flow_vla("flow_noise", finetune="frozen", readout="attention", readout_queries=3, max_text_tokens=40)
+    wide.load_state_dict(policy.state_dict())
+    assert torch.allclose(wide.cond(obs), policy.cond(obs), atol=1e-5)
+    with pytest.raises(ValueError, match="policy.vla.readout 'cls' is unknown; available: pooled, attention"):
+        VLASpec(readout="cls").check()
+
+
 def test_backbone_lr_is_a_group_of_its_own_that_follows_the_policy_lr():
     """`algo.backbone_lr`: a slow backbone under a fast expert; annealing keeps the ratio, the critic's stays."""
     policy = flow_vla("flow_noise", finetune="full")

@@ -185,7 +185,8 @@ def test_the_fewshot_configs_put_a_new_expert_on_the_flow_sft_backbone():
     assert bench.pretraining_stage(sft.policy.init) == "sft_flow_vla"
     assert bench.pretraining_stage(vla.policy.init) is None
     assert sft.bc.max_episodes == 15 and sft.train.name == "sft_flow_vla_fewshot"
-    assert sft.policy.vla == vla.policy.vla.__class__(**{**vars(vla.policy.vla), "finetune": "frozen"})
+    assert sft.policy.vla == vla.policy.vla.__class__(**{**vars(vla.policy.vla), "finetune": "frozen",
+                                                        "readout": "attention", "detach_value": True})
     assert (sft.env, sft.policy.horizon, sft.policy.steps) == (vla.env, vla.policy.horizon, vla.policy.steps)
     for algorithm in ("ppo", "grpo"):
         rl = load_config(ROOT / f"configs/{algorithm}_flow_vla_fewshot.yaml", [])

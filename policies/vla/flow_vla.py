@@ -4,8 +4,10 @@ pooled backbone output (last token ⊕ mean over the prefix) instead of the stat
 (conditional flow matching), deterministic ODE sampling and the RL log-probs (flow_noise, flow_sde,
 fpo in `policies/flow_rl.py`) are the flow policy's own code, unchanged.
 
-The expert is one of `policies/denoisers` (MLP or 1-D U-Net) on the pooled features; pi0's expert, a
-transformer attending to every prefix token, is not built here.
+The expert is one of `policies/denoisers` (MLP or 1-D U-Net) on the pooled features; with
+`vla.readout: attention` it also reads every prefix token through learned queries (`policies/vla/readout.py`),
+which is how pi0's expert, a transformer attending to the prefix, sees the image; that transformer itself is
+not built here.
 """
 from __future__ import annotations
 
@@ -16,18 +18,25 @@ from policies.flow import FlowPolicy
 from policies.vla.backbone import VLABackbone, build_backbone, instructions
 from policies.vla.heads import ValueHead
 from policies.vla.io import BackbonePolicy
+from policies.vla.readout import AttentionReadout
 from policies.vla.spec import VLASpec
 
 
 class FlowVLAPolicy(BackbonePolicy, FlowPolicy):
     kind = "flow_vla"
-    stored = ("text_ids", "features")  # what `act` keeps in extras for `evaluate` (features: frozen backbone only)
+    # what `act` keeps in extras for `evaluate`; a frozen backbone's output too: its pooled `features`, or, for
+    # a readout that trains, its last `hidden` states and their `prefix_mask`
+    stored = ("text_ids", "features", "hidden", "prefix_mask")
 
     def __init__(self, spec: VLASpec, state_dim: int, action_dim: int, horizon: int = 4, execute: int = 1, *,
                  steps: int = 4, rl_mode: str | None = None, noise_min: float = 0.08, noise_max: float = 0.16,
                  noise_level: float = 0.5, fpo_samples: int = 8, backbone: VLABackbone | None = None) -> None:
         backbone = backbone or build_backbone(spec, state_dim)
-        cond_dim = 2 * backbone.hidden_size
+        readout = None
+        if spec.readout == "attention":
+            heads = backbone.language_config().num_attention_heads
+            readout = AttentionReadout(backbone.hidden_size, spec.readout_queries, heads)
+        cond_dim = 2 * backbone.hidden_size + (readout.out_dim if readout else 0)
         super().__init__(cond_dim, action_dim, horizon, execute, denoiser=spec.expert, hidden=list(spec.expert_hidden),
                          critic_hidden=list(spec.value_hidden), normalize_obs=False, steps=steps, rl_mode=rl_mode,
                          noise_min=noise_min, noise_max=noise_max, noise_level=noise_level, fpo_samples=fpo_samples)
@@ -36,6 +45,7 @@ class FlowVLAPolicy(BackbonePolicy, FlowPolicy):
                           "steps": steps, "rl_mode": rl_mode, "noise_min": noise_min, "noise_max": noise_max,
                           "noise_level": noise_level, "fpo_samples": fpo_samples}
         self.backbone = backbone
+        self.readout = readout
         self.critic = ValueHead(cond_dim, list(spec.value_hidden), spec.detach_value)
 
     # ---- the condition: pooled backbone features --------------------------------------------------
@@ -44,14 +54,24 @@ class FlowVLAPolicy(BackbonePolicy, FlowPolicy):
             return obs["text_ids"]
         return self.backbone.encode_text(instructions(obs), obs["state"].device)
 
-    def cond(self, obs: dict) -> torch.Tensor:
-        """Pooled backbone features; a frozen backbone's, stored at `act` (`features`), are reused."""
+    def backbone_output(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The LM's last hidden states over the prefix N×S×D and the prefix mask N×S (a frozen backbone's
+        are reused when `act` stored them)."""
         bb = self.backbone
-        if "features" in obs and not bb.trainable:
-            return obs["features"]
+        if "hidden" in obs and not bb.trainable:
+            return obs["hidden"], obs["prefix_mask"]
         with bb.grad_context():
             embeds, mask = bb.prefix(obs, self.text_ids(obs))
-            return bb.pooled(bb.run(embeds, mask).last_hidden_state, mask)
+            return bb.run(embeds, mask).last_hidden_state, mask
+
+    def cond(self, obs: dict) -> torch.Tensor:
+        """Pooled backbone features (⊕ the attention readout); a frozen backbone's pooled features, stored
+        at `act` (`features`), are reused."""
+        if "features" in obs and not self.backbone.trainable:
+            return obs["features"]
+        hidden, mask = self.backbone_output(obs)
+        pooled = self.backbone.pooled(hidden, mask)
+        return pooled if self.readout is None else torch.cat([pooled, self.readout(hidden, mask)], -1)
 
     @staticmethod
     def with_stored(obs: dict, extras: dict) -> dict:
@@ -62,8 +82,10 @@ class FlowVLAPolicy(BackbonePolicy, FlowPolicy):
     # ---- the Policy interface (FlowPolicy's, with prompt tokens and frozen features in extras) -------
     def act(self, obs: dict, deterministic: bool = False) -> Act:
         obs = {**obs, "text_ids": self.text_ids(obs)}
-        if not self.backbone.trainable:
+        if not self.backbone.trainable and self.readout is None:
             obs["features"] = self.cond(obs)
+        elif not self.backbone.trainable:
+            obs["hidden"], obs["prefix_mask"] = self.backbone_output(obs)
         out = super().act(obs, deterministic)
         out.extras.update({k: obs[k] for k in self.stored if k in obs})
         if self.horizon == 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 FINETUNE_MODES = ("frozen", "lora", "full")
+READOUTS = ("pooled", "attention")
 TOKENIZERS = ("char", "word")
 DTYPES = ("float32", "bfloat16")
 LANGUAGE_MODELS = ("qwen2", "llama", "gemma")
@@ -45,6 +46,8 @@ class VLASpec:
     # flow VLA: the action expert (a policies/denoisers network conditioned on pooled backbone features)
     expert: str = "mlp"  # mlp | unet
     expert_hidden: list[int] = field(default_factory=lambda: [128, 128])
+    readout: str = "pooled"  # pooled (last token ⊕ mean) | attention (+ learned queries over every prefix token)
+    readout_queries: int = 4
     bc_samples: int = 8  # (τ, ε) pairs per demonstration in the BC loss; one backbone pass serves them all
 
     def check(self) -> None:
@@ -59,6 +62,10 @@ class VLASpec:
         if self.language_model not in LANGUAGE_MODELS:
             raise ValueError(f"policy.vla.language_model '{self.language_model}' is unknown; available: "
                              f"{', '.join(LANGUAGE_MODELS)}")
+        if self.readout not in READOUTS:
+            raise ValueError(f"policy.vla.readout '{self.readout}' is unknown; available: {', '.join(READOUTS)}")
+        if self.readout_queries < 1:
+            raise ValueError(f"policy.vla.readout_queries must be at least 1, got {self.readout_queries}")
         if self.image_size % self.patch_size:
             raise ValueError(f"policy.vla.image_size ({self.image_size}) must be a multiple of patch_size "
                              f"({self.patch_size})")
