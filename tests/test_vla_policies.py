@@ -334,6 +334,9 @@ def test_attention_readout_trains_on_a_frozen_backbone_from_hidden_states_stored
     wide = flow_vla("flow_noise", finetune="frozen", readout="attention", readout_queries=3, max_text_tokens=40)
     wide.load_state_dict(policy.state_dict())
     assert torch.allclose(wide.cond(obs), policy.cond(obs), atol=1e-5)
+    full = flow_vla("flow_noise", finetune="full", readout="attention")  # a backbone that trains runs again
+    act = full.act(obs)
+    assert "hidden" not in act.extras and torch.allclose(full.evaluate(obs, act)[0], act.log_prob, atol=1e-5)
     with pytest.raises(ValueError, match="policy.vla.readout 'cls' is unknown; available: pooled, attention"):
         VLASpec(readout="cls").check()
 
