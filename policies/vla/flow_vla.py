@@ -48,7 +48,7 @@ class FlowVLAPolicy(BackbonePolicy, FlowPolicy):
         self.readout = readout
         self.critic = ValueHead(cond_dim, list(spec.value_hidden), spec.detach_value)
 
-    # ---- the condition: pooled backbone features --------------------------------------------------
+    # ---- the condition: pooled backbone features (⊕ the attention readout) ---------------------------
     def text_ids(self, obs: dict) -> torch.Tensor:
         if "text_ids" in obs:
             return obs["text_ids"]
