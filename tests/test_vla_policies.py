@@ -245,10 +245,12 @@ def test_ppo_on_a_rollout_buffer_starts_at_ratio_one(make):
 
 
 # ---- saving ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("family", ["token", "flow"])
+@pytest.mark.parametrize("family", ["token", "token_decoder", "flow"])
 def test_save_and_from_pretrained_give_identical_actions_and_log_probs(tmp_path, family):
     if family == "token":
         policy, cls = token_vla(horizon=2, execute=1, finetune="lora"), TokenVLAPolicy
+    elif family == "token_decoder":
+        policy, cls = token_vla(horizon=2, execute=1, finetune="frozen", action_head="decoder"), TokenVLAPolicy
     else:
         policy, cls = flow_vla("flow_noise", finetune="lora"), FlowVLAPolicy
     obs = obs_batch()
@@ -339,6 +341,46 @@ def test_attention_readout_trains_on_a_frozen_backbone_from_hidden_states_stored
     assert "hidden" not in act.extras and torch.allclose(full.evaluate(obs, act)[0], act.log_prob, atol=1e-5)
     with pytest.raises(ValueError, match="policy.vla.readout 'cls' is unknown; available: pooled, attention"):
         VLASpec(readout="cls").check()
+
+
+def test_token_decoder_head_trains_on_a_frozen_backbone_with_log_probs_from_its_own_softmax():
+    """`vla.action_head: decoder`: a small decoder, not the LM, predicts the action tokens, so a frozen backbone
+    still has an actor to train. log π is the sum of the executed tokens' log-softmax of the decoder's
+    teacher-forced logits; greedy decoding is their argmax; the stored hidden states give a fresh pass's
+    log-probs; each token depends only on the tokens before it."""
+    policy = token_vla(horizon=2, execute=1, temperature=1.5, finetune="frozen", action_head="decoder",
+                       decoder_width=32, decoder_layers=2, decoder_heads=2)
+    obs = obs_batch()
+    act = policy.act(obs)
+    bins = act.extras["tokens"]
+    assert bins.shape == (4, 2 * A) and act.extras["hidden"].shape[:2] == act.extras["prefix_mask"].shape
+    with torch.no_grad():
+        bb = policy.backbone
+        embeds, mask = bb.prefix(obs, act.extras["text_ids"])
+        hidden = bb.run(embeds, mask).last_hidden_state
+        logits = policy.decoder(hidden, mask, bins[:, :-1])
+        log_probs = torch.log_softmax(logits / 1.5, -1)
+        expect = log_probs.gather(-1, bins[..., None]).squeeze(-1)[:, :A].sum(-1)
+        # causal: changing a later token leaves the earlier tokens' logits alone
+        changed = bins.clone()
+        changed[:, 3] = (changed[:, 3] + 1) % 32
+        assert torch.allclose(policy.decoder(hidden, mask, changed[:, :-1])[:, :4], logits[:, :4], atol=1e-5)
+        assert not torch.allclose(policy.decoder(hidden, mask, changed[:, :-1])[:, 4:], logits[:, 4:], atol=1e-5)
+    assert torch.allclose(act.log_prob, expect, atol=1e-5)
+    fresh = Act(act.action, act.log_prob, extras={k: v for k, v in act.extras.items()
+                                                  if k not in ("hidden", "prefix_mask")})
+    assert torch.allclose(policy.evaluate(obs, fresh)[0], act.log_prob, atol=1e-5)
+    assert torch.allclose(policy.evaluate(obs, act)[0], act.log_prob, atol=1e-5)
+    greedy = policy.act(obs, deterministic=True).extras["tokens"]
+    with torch.no_grad():
+        assert torch.equal(greedy, policy.decoder(hidden, mask, greedy[:, :-1]).argmax(-1))
+    (policy.bc_loss(obs, act.action) - policy.evaluate(obs, act)[0].mean()).backward()
+    assert all(p.grad is None for p in policy.backbone.parameters())
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.decoder.parameters())
+    with pytest.raises(ValueError, match="token VLA with policy.vla.finetune frozen has no actor weights"):
+        token_vla(finetune="frozen").bc_loss(obs, act.action[:, 0])
+    with pytest.raises(ValueError, match="policy.vla.action_head 'mlp' is unknown; available: lm, decoder"):
+        VLASpec(action_head="mlp").check()
 
 
 def test_backbone_lr_is_a_group_of_its_own_that_follows_the_policy_lr():

@@ -196,3 +196,31 @@ def test_the_fewshot_configs_put_a_new_expert_on_the_flow_sft_backbone():
         assert rl.algo.anneal_lr and rl.train.total_steps == 1_200_000  # the lr reaches 0 where the gain peaked
         assert (rl.env.id, rl.env.obs_mode, rl.env.episode_length, rl.env.action_chunk) == \
                (sft.env.id, "rgb", sft.env.episode_length, sft.env.action_chunk)
+
+
+def test_the_token_fewshot_configs_put_an_action_token_decoder_on_the_same_frozen_backbone():
+    """`bench/vla.py --families token_vla_fewshot`: the token VLA in the flow few-shot recipe. Its backbone
+    settings equal the flow SFT's (so `policy.init_modules: [backbone]` loads it, the vocabulary included:
+    256 bins are the action ids that backbone's tokenizer reserves), and the decoder is the actor."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_vla", ROOT / "bench/vla.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    vla = load_config(ROOT / "configs/sft_flow_vla.yaml", [])
+    flow = load_config(ROOT / "configs/sft_flow_vla_fewshot.yaml", [])
+    sft = load_config(ROOT / "configs/sft_token_vla_fewshot.yaml", [])
+    assert sft.policy.kind == "token_vla" and sft.policy.init == flow.policy.init
+    assert sft.policy.init_modules == ["backbone"] and bench.pretraining_stage(sft.policy.init) == "sft_flow_vla"
+    assert sft.policy.vla == vla.policy.vla.__class__(**{**vars(vla.policy.vla), "finetune": "frozen",
+                                                        "action_head": "decoder", "detach_value": True,
+                                                        "expert_hidden": sft.policy.vla.expert_hidden})  # flow only
+    assert (sft.env, sft.bc.max_episodes) == (flow.env, flow.bc.max_episodes)
+    for algorithm in ("ppo", "grpo"):
+        rl = load_config(ROOT / f"configs/{algorithm}_token_vla_fewshot.yaml", [])
+        same_kind = load_config(ROOT / f"configs/{algorithm}_flow_vla_fewshot.yaml", [])
+        assert rl.train.algorithm == algorithm and rl.train.name == f"{algorithm}_token_vla_fewshot"
+        assert rl.policy.init == "runs/sft_token_vla_fewshot/checkpoints/best.safetensors"
+        assert not rl.policy.init_modules
+        assert rl.policy.vla == sft.policy.vla and rl.policy.horizon == sft.policy.horizon
+        assert (rl.algo, rl.grpo, rl.env.num_envs, rl.train.total_steps) == \
+               (same_kind.algo, same_kind.grpo, same_kind.env.num_envs, same_kind.train.total_steps)

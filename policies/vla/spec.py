@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 FINETUNE_MODES = ("frozen", "lora", "full")
 READOUTS = ("pooled", "attention")
+ACTION_HEADS = ("lm", "decoder")
 TOKENIZERS = ("char", "word")
 DTYPES = ("float32", "bfloat16")
 LANGUAGE_MODELS = ("qwen2", "llama", "gemma")
@@ -43,6 +44,10 @@ class VLASpec:
     # token VLA
     bins: int = 256  # per action dimension, uniform over [-1, 1], the last `bins` ids of the vocabulary
     temperature: float = 1.0  # of the sampling distribution (and so of its log-probs)
+    action_head: str = "lm"  # lm (the LM predicts the action tokens) | decoder (policies/vla/action_decoder.py)
+    decoder_width: int = 128
+    decoder_layers: int = 2
+    decoder_heads: int = 4
     # flow VLA: the action expert (a policies/denoisers network conditioned on pooled backbone features)
     expert: str = "mlp"  # mlp | unet
     expert_hidden: list[int] = field(default_factory=lambda: [128, 128])
@@ -64,6 +69,13 @@ class VLASpec:
                              f"{', '.join(LANGUAGE_MODELS)}")
         if self.readout not in READOUTS:
             raise ValueError(f"policy.vla.readout '{self.readout}' is unknown; available: {', '.join(READOUTS)}")
+        if self.action_head not in ACTION_HEADS:
+            raise ValueError(f"policy.vla.action_head '{self.action_head}' is unknown; available: "
+                             f"{', '.join(ACTION_HEADS)}")
+        if self.decoder_layers < 1 or self.decoder_heads < 1 or self.decoder_width % self.decoder_heads:
+            raise ValueError(f"policy.vla.decoder_layers and decoder_heads must be at least 1 and decoder_width a "
+                             f"multiple of decoder_heads, got {self.decoder_layers}, {self.decoder_width}, "
+                             f"{self.decoder_heads}")
         if self.readout_queries < 1:
             raise ValueError(f"policy.vla.readout_queries must be at least 1, got {self.readout_queries}")
         if self.image_size % self.patch_size:

@@ -7,6 +7,10 @@ The policy is the categorical distribution over the `bins` action ids only (logi
 masked out), at `temperature`; log π(a) is the sum of the executed tokens' log-softmax and the entropy
 the sum of their categorical entropies. Rollout log-probs come from one teacher-forced pass over the
 sampled tokens, the very computation `evaluate` repeats, so PPO's ratio starts at exactly 1.
+
+With `vla.action_head: decoder` a small decoder attending to the prefix predicts the tokens instead of
+the LM (`policies/vla/action_decoder.py`), so the backbone can stay frozen; `act` then stores its hidden
+states and PPO's epochs run the decoder alone.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import torch
 from torch import nn
 
 from policies.act import Act
+from policies.vla.action_decoder import ActionTokenDecoder
 from policies.vla.backbone import VLABackbone, build_backbone, instructions
 from policies.vla.heads import ValueHead
 from policies.vla.io import BackbonePolicy
@@ -32,7 +37,11 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
         self.init_args = {"state_dim": state_dim, "action_dim": action_dim, "horizon": horizon, "execute": execute}
         self.action_dim, self.horizon, self.execute = action_dim, horizon, execute
         self.backbone = backbone or build_backbone(spec, state_dim)
-        if spec.bins >= self.backbone.vocab_size:
+        self.decoder = None
+        if spec.action_head == "decoder":
+            self.decoder = ActionTokenDecoder(self.backbone.hidden_size, spec.bins, self.num_tokens,
+                                              spec.decoder_width, spec.decoder_layers, spec.decoder_heads)
+        elif spec.bins >= self.backbone.vocab_size:
             raise ValueError(f"policy.vla.bins ({spec.bins}) must be smaller than the vocabulary "
                              f"({self.backbone.vocab_size})")
         self.first_action_id = self.backbone.vocab_size - spec.bins
@@ -69,11 +78,25 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
                 return source["text_ids"]
         return self.backbone.encode_text(instructions(obs), obs["state"].device)
 
-    def teacher_forced(self, obs: dict, text_ids: torch.Tensor,
-                       bins: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits N×T×bins of every action token given the tokens before it, and features N×D at the
-        proprio token (the value head's input), in one LM pass."""
+    def prefix_hidden(self, obs: dict, text_ids: torch.Tensor,
+                      extras: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The LM's last hidden states over the prefix N×S×D and its mask N×S (a frozen backbone's are
+        reused when `act` stored them)."""
         bb = self.backbone
+        if extras and "hidden" in extras and not bb.trainable:
+            return extras["hidden"], extras["prefix_mask"]
+        with bb.grad_context():
+            embeds, mask = bb.prefix(obs, text_ids)
+            return bb.run(embeds, mask).last_hidden_state, mask
+
+    def teacher_forced(self, obs: dict, text_ids: torch.Tensor, bins: torch.Tensor,
+                       extras: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits N×T×bins of every action token given the tokens before it, and features N×D at the
+        proprio token (the value head's input), in one LM pass (or one of the decoder's)."""
+        bb = self.backbone
+        if self.decoder is not None:
+            hidden, mask = self.prefix_hidden(obs, text_ids, extras)
+            return self.decoder(hidden, mask, bins[:, :-1]), hidden[:, -1].float()
         with bb.grad_context():
             embeds, mask = bb.prefix(obs, text_ids)
             n, s = mask.shape
@@ -84,27 +107,43 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
         return logits, hidden[:, s - 1].float()
 
     @torch.no_grad()
-    def generate(self, obs: dict, text_ids: torch.Tensor, deterministic: bool) -> torch.Tensor:
+    def generate(self, obs: dict, text_ids: torch.Tensor, deterministic: bool,
+                 extras: dict | None = None) -> torch.Tensor:
         """Bin indices N×T, one token per LM step on the KV cache: argmax, or sampled at `temperature`."""
+        if self.decoder is not None:
+            return self.decode(obs, text_ids, deterministic, extras)
         bb = self.backbone
         embeds, mask = bb.prefix(obs, text_ids)
         out = bb.run(embeds, mask, use_cache=True)
         bins = []
         for t in range(self.num_tokens):
             logits = self.action_logits(out.last_hidden_state[:, -1])
-            if deterministic:
-                token = logits.argmax(-1)
-            else:
-                token = torch.distributions.Categorical(logits=logits / self.spec.temperature).sample()
+            token = self.pick(logits, deterministic)
             bins.append(token)
             if t < self.num_tokens - 1:
                 mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
                 out = bb.run(self.embed_bins(token)[:, None], mask, cache=out.past_key_values)
         return torch.stack(bins, 1)
 
-    def score(self, obs: dict, text_ids: torch.Tensor, bins: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    @torch.no_grad()
+    def decode(self, obs: dict, text_ids: torch.Tensor, deterministic: bool, extras: dict | None) -> torch.Tensor:
+        """The decoder's bin indices N×T, one token at a time on one backbone pass."""
+        hidden, mask = self.prefix_hidden(obs, text_ids, extras)
+        bins = hidden.new_zeros(hidden.shape[0], 0, dtype=torch.long)
+        for _ in range(self.num_tokens):
+            logits = self.decoder(hidden, mask, bins)[:, -1]
+            bins = torch.cat([bins, self.pick(logits, deterministic)[:, None]], 1)
+        return bins
+
+    def pick(self, logits: torch.Tensor, deterministic: bool) -> torch.Tensor:
+        if deterministic:
+            return logits.argmax(-1)
+        return torch.distributions.Categorical(logits=logits / self.spec.temperature).sample()
+
+    def score(self, obs: dict, text_ids: torch.Tensor, bins: torch.Tensor,
+              extras: dict | None = None) -> tuple[torch.Tensor, ...]:
         """log π, entropy (both summed over the executed actions' tokens) and V."""
-        logits, features = self.teacher_forced(obs, text_ids, bins)
+        logits, features = self.teacher_forced(obs, text_ids, bins, extras)
         log_probs = torch.log_softmax(logits / self.spec.temperature, -1)
         executed = self.execute * self.action_dim
         token_lp = log_probs.gather(-1, bins[..., None]).squeeze(-1)[:, :executed]
@@ -114,13 +153,16 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
     # ---- the Policy interface -------------------------------------------------------------------
     def act(self, obs: dict, deterministic: bool = False) -> Act:
         text_ids = self.text_ids(obs)
-        bins = self.generate(obs, text_ids, deterministic)
-        log_prob, _, value = self.score(obs, text_ids, bins)
-        return Act(self.to_actions(bins), log_prob, value, {"tokens": bins, "text_ids": text_ids})
+        extras = {"text_ids": text_ids}
+        if self.decoder is not None and not self.backbone.trainable:
+            extras["hidden"], extras["prefix_mask"] = self.prefix_hidden(obs, text_ids)
+        bins = self.generate(obs, text_ids, deterministic, extras)
+        log_prob, _, value = self.score(obs, text_ids, bins, extras)
+        return Act(self.to_actions(bins), log_prob, value, {"tokens": bins, **extras})
 
     def evaluate(self, obs: dict, act: Act) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         bins = act.extras["tokens"] if "tokens" in act.extras else self.discretize(act.action)
-        return self.score(obs, self.text_ids(obs, act.extras), bins)
+        return self.score(obs, self.text_ids(obs, act.extras), bins, act.extras)
 
     def value(self, obs: dict) -> torch.Tensor:
         bb = self.backbone
@@ -131,9 +173,9 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
 
     def bc_loss(self, obs: dict, actions: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of the demonstrated actions' bins under teacher forcing (temperature 1)."""
-        if not self.backbone.trainable:
+        if not self.backbone.trainable and self.decoder is None:
             raise ValueError("a token VLA with policy.vla.finetune frozen has no actor weights to clone into; "
-                             "use lora or full")
+                             "use lora or full, or policy.vla.action_head decoder")
         bins = self.discretize(actions)
         logits, _ = self.teacher_forced(obs, self.text_ids(obs), bins)
         return nn.functional.cross_entropy(logits.flatten(0, 1), bins.flatten())
