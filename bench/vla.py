@@ -5,6 +5,7 @@ runs as its own `roborl` process, so its peak memory is that process's.
 
 `--families flow_vla_fewshot` runs pi0's recipe: the flow VLA's SFT backbone (`sft_flow_vla`, run first)
 under a new flow expert cloned from 15 demos, then PPO and GRPO of the expert on the frozen features.
+`--families token_vla_fewshot` does the same with a new action-token decoder cloned from 60 demos.
 
 `--families flow_state` runs the flow VLA's action expert and RL code on the same tasks with privileged
 state (objects, goal, task one-hot) instead of image and instruction: what RL adds there is what it can add
@@ -15,13 +16,13 @@ their average (deterministic eval, `--episodes` fresh episodes per task), with t
 peak memory and rollout frames/s of each stage. Writes `<run-dir>/vla.{json,md}`.
 
 Usage: python bench/vla.py [--run-dir runs/vla] [--episodes 50]
-                           [--families flow_vla token_vla flow_vla_fewshot flow_state]
+                           [--families flow_vla token_vla flow_vla_fewshot token_vla_fewshot flow_state]
                            [--algorithms ppo grpo residual_ppo] [--reuse] [key=value ...]
 `--reuse` keeps every stage whose run already finished. Overrides go to every stage (e.g. train.threads=2).
 On 2 CPU cores, one VLA family per bench (two benches side by side): demos (900 episodes) ≈ 3 min, SFT ≈ 4
 min, each RL run 15–25 min (its config's train.max_minutes or total_steps), each per-task evaluation (150
-episodes) ≈ 1 min. flow_vla_fewshot: its SFT ≈ 2 min after sft_flow_vla's, each RL run ≈ 40 min (1.2M steps). flow_state:
-demos ≈ 10 s, SFT ≈ 30 s, each RL run 10 min.
+episodes) ≈ 1 min. flow_vla_fewshot: its SFT ≈ 2 min after sft_flow_vla's (token_vla_fewshot: ≈ 5 min),
+each RL run ≈ 40 min (1.2M steps). flow_state: demos ≈ 10 s, SFT ≈ 30 s, each RL run 10 min.
 """
 from __future__ import annotations
 

@@ -214,7 +214,7 @@ def test_the_token_fewshot_configs_put_an_action_token_decoder_on_the_same_froze
     assert sft.policy.vla == vla.policy.vla.__class__(**{**vars(vla.policy.vla), "finetune": "frozen",
                                                         "action_head": "decoder", "detach_value": True,
                                                         "expert_hidden": sft.policy.vla.expert_hidden})  # flow only
-    assert (sft.env, sft.bc.max_episodes) == (flow.env, flow.bc.max_episodes)
+    assert sft.env == flow.env and sft.bc.max_episodes == 60  # from 15 the decoder overfit
     for algorithm in ("ppo", "grpo"):
         rl = load_config(ROOT / f"configs/{algorithm}_token_vla_fewshot.yaml", [])
         same_kind = load_config(ROOT / f"configs/{algorithm}_flow_vla_fewshot.yaml", [])
