@@ -183,6 +183,16 @@ class VLABackbone(nn.Module):
         return self.lm.get_decoder()(inputs_embeds=embeds, attention_mask=mask, position_ids=positions,
                                      past_key_values=cache, use_cache=use_cache or cache is not None)
 
+    def hidden_states(self, obs: dict, text_ids: torch.Tensor,
+                      stored: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The LM's last hidden states over the prefix N×S×D and its mask N×S. A frozen backbone's, stored
+        at `act` under `hidden` and `prefix_mask`, are reused: PPO's epochs then skip the backbone."""
+        if stored is not None and "hidden" in stored and not self.trainable:
+            return stored["hidden"], stored["prefix_mask"]
+        with self.grad_context():
+            embeds, mask = self.prefix(obs, text_ids)
+            return self.run(embeds, mask).last_hidden_state, mask
+
     @staticmethod
     def pooled(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """[last token's features, mean over the unmasked tokens] in float32: N×2D."""

@@ -54,22 +54,12 @@ class FlowVLAPolicy(BackbonePolicy, FlowPolicy):
             return obs["text_ids"]
         return self.backbone.encode_text(instructions(obs), obs["state"].device)
 
-    def backbone_output(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """The LM's last hidden states over the prefix N×S×D and the prefix mask N×S (a frozen backbone's
-        are reused when `act` stored them)."""
-        bb = self.backbone
-        if "hidden" in obs and not bb.trainable:
-            return obs["hidden"], obs["prefix_mask"]
-        with bb.grad_context():
-            embeds, mask = bb.prefix(obs, self.text_ids(obs))
-            return bb.run(embeds, mask).last_hidden_state, mask
-
     def cond(self, obs: dict) -> torch.Tensor:
         """Pooled backbone features (⊕ the attention readout); a frozen backbone's pooled features, stored
         at `act` (`features`), are reused."""
         if "features" in obs and not self.backbone.trainable:
             return obs["features"]
-        hidden, mask = self.backbone_output(obs)
+        hidden, mask = self.backbone.hidden_states(obs, self.text_ids(obs), stored=obs)
         pooled = self.backbone.pooled(hidden, mask)
         return pooled if self.readout is None else torch.cat([pooled, self.readout(hidden, mask)], -1)
 
@@ -85,7 +75,7 @@ class FlowVLAPolicy(BackbonePolicy, FlowPolicy):
         if not self.backbone.trainable and self.readout is None:
             obs["features"] = self.cond(obs)
         elif not self.backbone.trainable:
-            obs["hidden"], obs["prefix_mask"] = self.backbone_output(obs)
+            obs["hidden"], obs["prefix_mask"] = self.backbone.hidden_states(obs, obs["text_ids"])
         out = super().act(obs, deterministic)
         out.extras.update({k: obs[k] for k in self.stored if k in obs})
         if self.horizon == 1:

@@ -78,24 +78,13 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
                 return source["text_ids"]
         return self.backbone.encode_text(instructions(obs), obs["state"].device)
 
-    def prefix_hidden(self, obs: dict, text_ids: torch.Tensor,
-                      extras: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The LM's last hidden states over the prefix N×S×D and its mask N×S (a frozen backbone's are
-        reused when `act` stored them)."""
-        bb = self.backbone
-        if extras and "hidden" in extras and not bb.trainable:
-            return extras["hidden"], extras["prefix_mask"]
-        with bb.grad_context():
-            embeds, mask = bb.prefix(obs, text_ids)
-            return bb.run(embeds, mask).last_hidden_state, mask
-
     def teacher_forced(self, obs: dict, text_ids: torch.Tensor, bins: torch.Tensor,
                        extras: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits N×T×bins of every action token given the tokens before it, and features N×D at the
         proprio token (the value head's input), in one LM pass (or one of the decoder's)."""
         bb = self.backbone
         if self.decoder is not None:
-            hidden, mask = self.prefix_hidden(obs, text_ids, extras)
+            hidden, mask = bb.hidden_states(obs, text_ids, extras)
             return self.decoder(hidden, mask, bins[:, :-1]), hidden[:, -1].float()
         with bb.grad_context():
             embeds, mask = bb.prefix(obs, text_ids)
@@ -128,7 +117,7 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
     @torch.no_grad()
     def decode(self, obs: dict, text_ids: torch.Tensor, deterministic: bool, extras: dict | None) -> torch.Tensor:
         """The decoder's bin indices N×T, one token at a time on one backbone pass."""
-        hidden, mask = self.prefix_hidden(obs, text_ids, extras)
+        hidden, mask = self.backbone.hidden_states(obs, text_ids, extras)
         bins = hidden.new_zeros(hidden.shape[0], 0, dtype=torch.long)
         for _ in range(self.num_tokens):
             logits = self.decoder(hidden, mask, bins)[:, -1]
@@ -155,7 +144,7 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
         text_ids = self.text_ids(obs)
         extras = {"text_ids": text_ids}
         if self.decoder is not None and not self.backbone.trainable:
-            extras["hidden"], extras["prefix_mask"] = self.prefix_hidden(obs, text_ids)
+            extras["hidden"], extras["prefix_mask"] = self.backbone.hidden_states(obs, text_ids)
         bins = self.generate(obs, text_ids, deterministic, extras)
         log_prob, _, value = self.score(obs, text_ids, bins, extras)
         return Act(self.to_actions(bins), log_prob, value, {"tokens": bins, **extras})
@@ -165,11 +154,8 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
         return self.score(obs, self.text_ids(obs, act.extras), bins, act.extras)
 
     def value(self, obs: dict) -> torch.Tensor:
-        bb = self.backbone
-        with bb.grad_context():
-            embeds, mask = bb.prefix(obs, self.text_ids(obs))
-            features = bb.run(embeds, mask).last_hidden_state[:, -1].float()
-        return self.critic(features).squeeze(-1)
+        hidden, _ = self.backbone.hidden_states(obs, self.text_ids(obs))
+        return self.critic(hidden[:, -1].float()).squeeze(-1)
 
     def bc_loss(self, obs: dict, actions: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of the demonstrated actions' bins under teacher forcing (temperature 1)."""
