@@ -383,6 +383,21 @@ def test_token_decoder_head_trains_on_a_frozen_backbone_with_log_probs_from_its_
         VLASpec(action_head="mlp").check()
 
 
+def test_a_decoder_with_fewer_bins_fits_the_backbone_of_a_policy_with_the_default_action_tokens():
+    """The tiny tokenizer reserves `action_tokens` ids whatever `bins` is, so a 16-bin decoder sits on the same
+    backbone (same vocabulary, same weights) as a 256-bin one; the LM head cannot use more bins than there are."""
+    flow = flow_vla(bins=256)
+    token = token_vla(horizon=2, bins=16, action_tokens=256, finetune="frozen", action_head="decoder",
+                      decoder_width=32, decoder_layers=1, decoder_heads=2)
+    assert token.backbone.vocab_size == flow.backbone.vocab_size
+    token.backbone.load_state_dict(flow.backbone.state_dict())
+    act = token.act(obs_batch())
+    assert int(act.extras["tokens"].max()) < 16 and act.action.abs().max() <= 1
+    assert len(set(token.centers.tolist())) == 16
+    with pytest.raises(ValueError, match=r"policy.vla.bins \(300\) must be at most policy.vla.action_tokens \(256\)"):
+        VLASpec(bins=300).check()
+    VLASpec(bins=300, action_head="decoder").check()
+
 def test_backbone_lr_is_a_group_of_its_own_that_follows_the_policy_lr():
     """`algo.backbone_lr`: a slow backbone under a fast expert; annealing keeps the ratio, the critic's stays."""
     policy = flow_vla("flow_noise", finetune="full")

@@ -74,7 +74,7 @@ def load_parts(spec: VLASpec, saved: Path | None = None
     if spec.language_path:
         path = require_checkpoint(spec.language_path, "policy.vla.language_path", "a causal language model")
         return vision, AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True), load_tokenizer(path)
-    tokenizer = TOKENIZERS[spec.tokenizer](spec.bins)
+    tokenizer = TOKENIZERS[spec.tokenizer](spec.action_tokens)
     return vision, AutoModelForCausalLM.from_config(tiny_language_config(spec, tokenizer)), tokenizer
 
 

@@ -43,6 +43,8 @@ class VLASpec:
     detach_value: bool = False  # the value loss does not train the backbone
     # token VLA
     bins: int = 256  # per action dimension, uniform over [-1, 1], the last `bins` ids of the vocabulary
+    action_tokens: int = 256  # ids the tiny tokenizers reserve for actions, the last of the vocabulary (≥ bins
+    # with action_head lm; a decoder has its own bins, so a backbone with 256 can carry a decoder with fewer)
     temperature: float = 1.0  # of the sampling distribution (and so of its log-probs)
     action_head: str = "lm"  # lm (the LM predicts the action tokens) | decoder (policies/vla/action_decoder.py)
     decoder_width: int = 128
@@ -83,6 +85,9 @@ class VLASpec:
                              f"({self.patch_size})")
         if self.bins < 2:
             raise ValueError(f"policy.vla.bins must be at least 2, got {self.bins}")
+        if self.action_head == "lm" and not self.language_path and self.bins > self.action_tokens:
+            raise ValueError(f"policy.vla.bins ({self.bins}) must be at most policy.vla.action_tokens "
+                             f"({self.action_tokens}), the action ids the tokenizer reserves")
         if self.temperature <= 0:
             raise ValueError(f"policy.vla.temperature must be positive, got {self.temperature}")
         if "{instruction}" not in self.prompt:
