@@ -398,6 +398,7 @@ def test_a_decoder_with_fewer_bins_fits_the_backbone_of_a_policy_with_the_defaul
         VLASpec(bins=300).check()
     VLASpec(bins=300, action_head="decoder").check()
 
+
 def test_backbone_lr_is_a_group_of_its_own_that_follows_the_policy_lr():
     """`algo.backbone_lr`: a slow backbone under a fast expert; annealing keeps the ratio, the critic's stays."""
     policy = flow_vla("flow_noise", finetune="full")

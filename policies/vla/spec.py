@@ -43,8 +43,7 @@ class VLASpec:
     detach_value: bool = False  # the value loss does not train the backbone
     # token VLA
     bins: int = 256  # per action dimension, uniform over [-1, 1], the last `bins` ids of the vocabulary
-    action_tokens: int = 256  # ids the tiny tokenizers reserve for actions, the last of the vocabulary (≥ bins
-    # with action_head lm; a decoder has its own bins, so a backbone with 256 can carry a decoder with fewer)
+    action_tokens: int = 256  # action ids the tiny tokenizers reserve (≥ bins for the lm head; a decoder has its own)
     temperature: float = 1.0  # of the sampling distribution (and so of its log-probs)
     action_head: str = "lm"  # lm (the LM predicts the action tokens) | decoder (policies/vla/action_decoder.py)
     decoder_width: int = 128
