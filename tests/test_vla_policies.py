@@ -383,6 +383,30 @@ def test_token_decoder_head_trains_on_a_frozen_backbone_with_log_probs_from_its_
         VLASpec(action_head="mlp").check()
 
 
+def test_token_ratio_gives_ppo_one_clipped_ratio_per_executed_token():
+    """`vla.ratio: token`: log π per executed token (N×T), summing to the action-level log π, so PPO clips
+    each token's ratio on its own: one token off by e leaves the other tokens of its action unclipped."""
+    kw = dict(horizon=2, execute=2, finetune="frozen", action_head="decoder", decoder_width=32,
+              decoder_layers=1, decoder_heads=2)
+    per_token, per_action = token_vla(ratio="token", **kw), token_vla(**kw)
+    obs = obs_batch()
+    act = per_token.act(obs)
+    assert act.log_prob.shape == (4, 2 * A)
+    with torch.no_grad():
+        assert torch.allclose(per_action.evaluate(obs, act)[0], act.log_prob.sum(-1), atol=1e-5)
+    old = act.log_prob.clone()
+    old[:, 0] -= 1.0  # the first token's ratio is e, past 1 + clip
+    mb = {"obs": {k: v for k, v in obs.items()}, "actions": act.action, "extras": act.extras,
+          "returns": torch.zeros(4), "values": torch.zeros(4)}
+    ppo = PPO(per_token, PPOConfig(clip=0.2))
+    _, terms = ppo.loss({**mb, "log_probs": old}, torch.ones(4), True)
+    assert terms["clip_frac"].item() == pytest.approx(1 / (2 * A))
+    _, terms = PPO(per_action, PPOConfig(clip=0.2)).loss({**mb, "log_probs": old.sum(-1)}, torch.ones(4), True)
+    assert terms["clip_frac"].item() == 1.0
+    with pytest.raises(ValueError, match="policy.vla.ratio 'chunk' is unknown; available: action, token"):
+        VLASpec(ratio="chunk").check()
+
+
 def test_a_decoder_with_fewer_bins_fits_the_backbone_of_a_policy_with_the_default_action_tokens():
     """The tiny tokenizer reserves `action_tokens` ids whatever `bins` is, so a 16-bin decoder sits on the same
     backbone (same vocabulary, same weights) as a 256-bin one; the LM head cannot use more bins than there are."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 FINETUNE_MODES = ("frozen", "lora", "full")
 READOUTS = ("pooled", "attention")
 ACTION_HEADS = ("lm", "decoder")
+RATIOS = ("action", "token")
 TOKENIZERS = ("char", "word")
 DTYPES = ("float32", "bfloat16")
 LANGUAGE_MODELS = ("qwen2", "llama", "gemma")
@@ -49,6 +50,7 @@ class VLASpec:
     decoder_width: int = 128
     decoder_layers: int = 2
     decoder_heads: int = 4
+    ratio: str = "action"  # PPO/GRPO ratio per executed action (its tokens' product) | per token (RLinf's token level)
     # flow VLA: the action expert (a policies/denoisers network conditioned on pooled backbone features)
     expert: str = "mlp"  # mlp | unet
     expert_hidden: list[int] = field(default_factory=lambda: [128, 128])
@@ -73,6 +75,8 @@ class VLASpec:
         if self.action_head not in ACTION_HEADS:
             raise ValueError(f"policy.vla.action_head '{self.action_head}' is unknown; available: "
                              f"{', '.join(ACTION_HEADS)}")
+        if self.ratio not in RATIOS:
+            raise ValueError(f"policy.vla.ratio '{self.ratio}' is unknown; available: {', '.join(RATIOS)}")
         if self.decoder_layers < 1 or self.decoder_heads < 1 or self.decoder_width % self.decoder_heads:
             raise ValueError(f"policy.vla.decoder_layers and decoder_heads must be at least 1 and decoder_width a "
                              f"multiple of decoder_heads, got {self.decoder_layers}, {self.decoder_width}, "

@@ -11,6 +11,9 @@ sampled tokens, the very computation `evaluate` repeats, so PPO's ratio starts a
 With `vla.action_head: decoder` a small decoder attending to the prefix predicts the tokens instead of
 the LM (`policies/vla/action_decoder.py`), so the backbone can stay frozen; `act` then stores its hidden
 states and PPO's epochs run the decoder alone.
+
+With `vla.ratio: token` log π is returned per executed token (N×T) instead of summed, so PPO and GRPO
+take and clip one ratio per token (RLinf's token-level mode) rather than one over their product.
 """
 from __future__ import annotations
 
@@ -131,13 +134,15 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
 
     def score(self, obs: dict, text_ids: torch.Tensor, bins: torch.Tensor,
               extras: dict | None = None) -> tuple[torch.Tensor, ...]:
-        """log π, entropy (both summed over the executed actions' tokens) and V."""
+        """log π (summed over the executed actions' tokens, or N×T per token with `ratio: token`), the
+        entropy summed over them, and V."""
         logits, features = self.teacher_forced(obs, text_ids, bins, extras)
         log_probs = torch.log_softmax(logits / self.spec.temperature, -1)
         executed = self.execute * self.action_dim
         token_lp = log_probs.gather(-1, bins[..., None]).squeeze(-1)[:, :executed]
         entropy = -(log_probs.exp() * log_probs).sum(-1)[:, :executed]
-        return token_lp.sum(-1), entropy.sum(-1), self.critic(features).squeeze(-1)
+        log_prob = token_lp if self.spec.ratio == "token" else token_lp.sum(-1)
+        return log_prob, entropy.sum(-1), self.critic(features).squeeze(-1)
 
     # ---- the Policy interface -------------------------------------------------------------------
     def act(self, obs: dict, deterministic: bool = False) -> Act:
