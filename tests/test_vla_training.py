@@ -3,6 +3,7 @@
 residual PPO on it (`residual.base`), on tiny backbones and a few steps. Learning itself is
 `bench/vla.py`'s (minutes, not a test)."""
 import os
+from dataclasses import replace
 
 import pytest
 import torch
@@ -201,7 +202,8 @@ def test_the_fewshot_configs_put_a_new_expert_on_the_flow_sft_backbone():
 def test_the_token_fewshot_configs_put_an_action_token_decoder_on_the_same_frozen_backbone():
     """`bench/vla.py --families token_vla_fewshot`: the token VLA in the flow few-shot recipe. Its backbone
     settings equal the flow SFT's (so `policy.init_modules: [backbone]` loads it, the vocabulary included:
-    both reserve 256 action ids), and the decoder, with its own 32 bins, is the actor."""
+    both reserve 256 action ids), and the decoder, with its own 32 bins, is the actor, RL clipping one ratio per
+    token."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("bench_vla", ROOT / "bench/vla.py")
     bench = importlib.util.module_from_spec(spec)
@@ -222,6 +224,8 @@ def test_the_token_fewshot_configs_put_an_action_token_decoder_on_the_same_froze
         assert rl.train.algorithm == algorithm and rl.train.name == f"{algorithm}_token_vla_fewshot"
         assert rl.policy.init == "runs/sft_token_vla_fewshot/checkpoints/best.safetensors"
         assert not rl.policy.init_modules
-        assert rl.policy.vla == sft.policy.vla and rl.policy.horizon == sft.policy.horizon
-        assert (rl.algo, rl.grpo, rl.env.num_envs, rl.train.total_steps) == \
-               (same_kind.algo, same_kind.grpo, same_kind.env.num_envs, same_kind.train.total_steps)
+        assert rl.policy.vla.ratio == "token" and rl.algo.target_kl == 0.01  # one clipped ratio, KL per token
+        assert rl.policy.vla == replace(sft.policy.vla, ratio="token") and rl.policy.horizon == sft.policy.horizon
+        assert (replace(rl.algo, target_kl=same_kind.algo.target_kl), rl.grpo, rl.env.num_envs,
+                rl.train.total_steps) == (same_kind.algo, same_kind.grpo, same_kind.env.num_envs,
+                                          same_kind.train.total_steps)
