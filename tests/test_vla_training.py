@@ -202,7 +202,7 @@ def test_the_fewshot_configs_put_a_new_expert_on_the_flow_sft_backbone():
 def test_the_token_fewshot_configs_put_an_action_token_decoder_on_the_same_frozen_backbone():
     """`bench/vla.py --families token_vla_fewshot`: the token VLA in the flow few-shot recipe. Its backbone
     settings equal the flow SFT's (so `policy.init_modules: [backbone]` loads it, the vocabulary included:
-    both reserve 256 action ids), and the decoder, with its own 32 bins, is the actor, RL clipping one ratio per
+    both reserve 256 action ids), and the decoder, with its own 32 bins, is the actor, PPO clipping one ratio per
     token."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("bench_vla", ROOT / "bench/vla.py")
@@ -224,8 +224,9 @@ def test_the_token_fewshot_configs_put_an_action_token_decoder_on_the_same_froze
         assert rl.train.algorithm == algorithm and rl.train.name == f"{algorithm}_token_vla_fewshot"
         assert rl.policy.init == "runs/sft_token_vla_fewshot/checkpoints/best.safetensors"
         assert not rl.policy.init_modules
-        assert rl.policy.vla.ratio == "token" and rl.algo.target_kl == 0.01  # one clipped ratio, KL per token
-        assert rl.policy.vla == replace(sft.policy.vla, ratio="token") and rl.policy.horizon == sft.policy.horizon
+        ratio, target_kl = ("token", 0.01) if algorithm == "ppo" else ("action", 0.05)  # PPO: one ratio per token
+        assert rl.policy.vla.ratio == ratio and rl.algo.target_kl == target_kl
+        assert rl.policy.vla == replace(sft.policy.vla, ratio=ratio) and rl.policy.horizon == sft.policy.horizon
         assert (replace(rl.algo, target_kl=same_kind.algo.target_kl), rl.grpo, rl.env.num_envs,
                 rl.train.total_steps) == (same_kind.algo, same_kind.grpo, same_kind.env.num_envs,
                                           same_kind.train.total_steps)
