@@ -396,10 +396,9 @@ def test_token_ratio_gives_ppo_one_clipped_ratio_per_executed_token():
         assert torch.allclose(per_action.evaluate(obs, act)[0], act.log_prob.sum(-1), atol=1e-5)
     old = act.log_prob.clone()
     old[:, 0] -= 1.0  # the first token's ratio is e, past 1 + clip
-    mb = {"obs": {k: v for k, v in obs.items()}, "actions": act.action, "extras": act.extras,
-          "returns": torch.zeros(4), "values": torch.zeros(4)}
-    ppo = PPO(per_token, PPOConfig(clip=0.2))
-    _, terms = ppo.loss({**mb, "log_probs": old}, torch.ones(4), True)
+    mb = {"obs": obs, "actions": act.action, "extras": act.extras, "returns": torch.zeros(4),
+          "values": torch.zeros(4)}
+    _, terms = PPO(per_token, PPOConfig(clip=0.2)).loss({**mb, "log_probs": old}, torch.ones(4), True)
     assert terms["clip_frac"].item() == pytest.approx(1 / (2 * A))
     _, terms = PPO(per_action, PPOConfig(clip=0.2)).loss({**mb, "log_probs": old.sum(-1)}, torch.ones(4), True)
     assert terms["clip_frac"].item() == 1.0
