@@ -158,7 +158,7 @@ class SACConfig:
     crm: bool = False  # with env.rm: store each transition as seen from every machine state (CRM)
 
 
-GRPO_REWARDS = ("success", "success_at_end", "return")
+GRPO_REWARDS = ("success", "success_at_end", "return", "return_to_go")
 GRPO_LOSS_AGG = ("token_mean", "seq_mean_token_mean")
 
 
@@ -166,7 +166,8 @@ GRPO_LOSS_AGG = ("token_mean", "seq_mean_token_mean")
 class GRPOConfig:
     """Critic-free group-relative PPO (roborl/grpo.py); optimizer, epochs and minibatches come from `algo`."""
     group_size: int = 8  # G: consecutive envs started from one initial state (env.num_envs must be a multiple)
-    reward: str = "success"  # episode outcome: success (at any step) | success_at_end | return
+    reward: str = "success"  # episode outcome: success (at any step) | success_at_end | return | return_to_go
+    # (return_to_go: each step's return from there on, against the group's at that step; roborl/algos/grpo.py)
     std_normalize: bool = True  # A = (R − mean) / (std + eps) per group; false: Dr.GRPO's A = R − mean
     eps: float = 1.0e-6
     clip_low: float = 0.2  # ratio clipped to [1 − clip_low, 1 + clip_high] (DAPO's clip-higher)

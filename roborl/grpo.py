@@ -14,20 +14,22 @@ import time
 import torch
 
 import sim
-from roborl.algos.grpo import GRPO, group_advantages, informative_groups
+from roborl.algos.grpo import GRPO, group_advantages, group_advantages_to_go, informative_groups
 from roborl.config import GRPOConfig
 from roborl.errors import UserError
 from roborl.trainer import Trainer
 
-OUTCOMES = {"success": "success_once", "success_at_end": "success_at_end", "return": "return"}
+OUTCOMES = {"success": "success_once", "success_at_end": "success_at_end", "return": "return",
+            "return_to_go": "return"}  # groups are kept, and logged, by their episode returns
 
 
 class Episodes:
-    """One round: per-step tensors (T×N), which steps belong to each env's first episode (`valid`), and per
-    env the episode's return, success and length."""
+    """One round: per-step tensors (T×N), which steps belong to each env's first episode (`valid`), per env
+    the episode's return, success and length, and the per-step rewards of the first episodes (T×N)."""
 
-    def __init__(self, steps: list[dict], valid: torch.Tensor, vocab: list[str], outcome: dict[str, torch.Tensor]):
-        self.steps, self.valid, self.vocab, self.outcome = steps, valid, vocab, outcome
+    def __init__(self, steps: list[dict], valid: torch.Tensor, vocab: list[str], outcome: dict[str, torch.Tensor],
+                 rewards: torch.Tensor | None = None):
+        self.steps, self.valid, self.vocab, self.outcome, self.rewards = steps, valid, vocab, outcome, rewards
 
 
 @torch.no_grad()
@@ -38,7 +40,7 @@ def collect_episodes(env: sim.VecEnv, act_fn, obs: dict, vocab: list[str], max_d
     outcome = {"return": torch.zeros(n), "success_once": torch.zeros(n), "success_at_end": torch.zeros(n),
                "length": torch.zeros(n)}
     index = {s: i for i, s in enumerate(vocab)}
-    steps, valid = [], []
+    steps, valid, rewards = [], [], []
     for _ in range(max_decisions):
         act = act_fn(obs)
         step_obs = {k: v for k, v in obs.items() if isinstance(v, torch.Tensor)}
@@ -48,7 +50,8 @@ def collect_episodes(env: sim.VecEnv, act_fn, obs: dict, vocab: list[str], max_d
         steps.append({"obs": step_obs, "actions": act.action, "log_probs": act.log_prob, "extras": act.extras})
         valid.append(alive.clone())
         obs, reward, _, _, info = env.step(act.action)
-        outcome["return"] += reward.cpu() * alive
+        rewards.append(reward.cpu() * alive)
+        outcome["return"] += rewards[-1]
         done = info["done"].cpu() & alive
         if done.any():
             ep = info["episode"]
@@ -58,7 +61,7 @@ def collect_episodes(env: sim.VecEnv, act_fn, obs: dict, vocab: list[str], max_d
         if not alive.any():
             break
     vocab[:] = sorted(index, key=index.get)
-    return Episodes(steps, torch.stack(valid), vocab, outcome)
+    return Episodes(steps, torch.stack(valid), vocab, outcome, torch.stack(rewards))
 
 
 def stack_rows(steps: list[dict], rows: torch.Tensor) -> dict:
@@ -165,13 +168,16 @@ def build_batch_for(g: GRPOConfig, parts: list[tuple[Episodes, torch.Tensor, tor
     for eps, reward, keep in parts:
         if not keep.any():
             continue
-        adv = group_advantages(reward, g.group_size, g.std_normalize, g.eps)
+        T = eps.valid.shape[0]
+        if g.reward == "return_to_go":
+            adv = group_advantages_to_go(eps.rewards, g.group_size, g.std_normalize, g.eps)
+        else:
+            adv = group_advantages(reward, g.group_size, g.std_normalize, g.eps)[None].expand(T, -1)
         rows = eps.valid & keep.repeat_interleave(g.group_size)[None]
         data = stack_rows(eps.steps, rows)
-        T = eps.valid.shape[0]
         length = eps.valid.sum(0).clamp(min=1).float()
         per_step = 1.0 / length if g.loss_agg == "seq_mean_token_mean" else torch.ones_like(length)
-        data["advantages"] = adv[None].expand(T, -1)[rows].to(device)
+        data["advantages"] = adv[rows].to(device)
         data["weights"] = per_step[None].expand(T, -1)[rows].to(device)
         chunks.append(data)
     if not chunks:

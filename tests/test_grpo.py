@@ -4,7 +4,14 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from roborl.algos.grpo import GRPO, clip_active, clipped_surrogate, group_advantages, informative_groups
+from roborl.algos.grpo import (
+    GRPO,
+    clip_active,
+    clipped_surrogate,
+    group_advantages,
+    group_advantages_to_go,
+    informative_groups,
+)
 from roborl.config import GRPOConfig, PPOConfig, load_config
 from roborl.errors import UserError
 from roborl.grpo import Episodes, GRPOTrainer, build_batch_for
@@ -21,6 +28,20 @@ def test_group_advantages_by_hand():
     assert torch.allclose(group_advantages(REWARDS, 4), torch.tensor(expected), atol=1e-4)  # eps keeps 0/0 at 0
     dr = [0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0, -0.75, -0.75, -0.75, 2.25]  # Dr.GRPO: no std
     assert torch.allclose(group_advantages(REWARDS, 4, std_normalize=False), torch.tensor(dr))
+
+
+def test_return_to_go_advantages_by_hand():
+    # two groups of 2 envs, 3 steps; env 1 ends after step 1 (zero reward after), env 2 and 3 differ only at t=0
+    rewards = torch.tensor([[1.0, 0.0, 5.0, 4.0],
+                            [0.0, 2.0, 1.0, 1.0],
+                            [3.0, 0.0, 1.0, 1.0]])
+    to_go = torch.tensor([[4.0, 2.0, 7.0, 6.0], [3.0, 2.0, 2.0, 2.0], [3.0, 0.0, 1.0, 1.0]])
+    centred = torch.tensor([[1.0, -1.0, 0.5, -0.5], [0.5, -0.5, 0.0, 0.0], [1.5, -1.5, 0.0, 0.0]])
+    assert torch.allclose(group_advantages_to_go(rewards, 2, std_normalize=False), centred)
+    episode_std = torch.tensor([2 ** 0.5, 2 ** 0.5, 0.5 ** 0.5, 0.5 ** 0.5])  # std of [4, 2] and of [7, 6]
+    assert torch.allclose(group_advantages_to_go(rewards, 2, eps=0.0), centred / episode_std)
+    # at t = 0 the return to go is the episode return: the first row is GRPO's episode advantage
+    assert torch.allclose(group_advantages_to_go(rewards, 2)[0], group_advantages(to_go[0], 2), atol=1e-5)
 
 
 def test_zero_variance_groups_are_found():
@@ -66,6 +87,19 @@ def test_batch_keeps_the_steps_of_informative_groups(loss_agg):
     assert adv[0] == pytest.approx(0.5 / 0.5 ** 0.5, rel=1e-4) and adv[1] == pytest.approx(-(0.5 ** 0.5), rel=1e-4)
     weights = {int(a) % 10: float(w) for a, w in zip(data["actions"][:, 0], data["weights"])}
     assert weights == ({0: 1.0, 1: 1.0} if loss_agg == "token_mean" else {0: 0.5, 1: 0.25})
+
+
+def test_return_to_go_batch_gives_each_step_its_own_advantage():
+    eps, _ = fake_round([0.0] * 4, [2, 4, 3, 1])
+    eps.rewards = torch.tensor([[1.0, 0.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0], [0.0, 3.0, 0.0, 0.0],
+                                [0.0, 1.0, 0.0, 0.0]]) * eps.valid  # returns 2, 4 | 1, 1
+    reward = eps.rewards.sum(0)
+    keep = informative_groups(reward, 2)
+    batch = build_batch_for(GRPOConfig(group_size=2, reward="return_to_go", std_normalize=False),
+                            [(eps, reward, keep)], torch.device("cpu"), [])
+    adv = {int(a): float(v) for a, v in zip(batch.flat()["actions"][:, 0], batch.flat()["advantages"])}
+    # returns to go: env 0 [2, 1, 0, 0], env 1 [4, 4, 4, 1]; each step against the group's mean at that step
+    assert adv == {0: -1.0, 1: 1.0, 10: -1.5, 11: 1.5, 21: 2.0, 31: 0.5}
 
 
 def test_grpo_loss_weights_and_instructions():

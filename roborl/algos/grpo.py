@@ -3,8 +3,9 @@
 G episodes start from one initial state (a group); each gets one outcome reward R_i, and every step of
 episode i the advantage A_i = (R_i − mean_group) / (std_group + eps) (Shao et al. 2024; std with
 Bessel's correction, as TRL computes it), or A_i = R_i − mean_group without the std (Dr.GRPO, Liu et al.
-2025). DAPO's additions (Yu et al. 2025): groups whose rewards all agree carry no signal and are
-dropped (dynamic sampling); the ratio is clipped asymmetrically to [1 − ε_low, 1 + ε_high] with
+2025). With reward `return_to_go`, step t of episode i gets its return from t on, compared with the
+group's at the same step (`group_advantages_to_go`). DAPO's additions (Yu et al. 2025): groups whose
+rewards all agree carry no signal and are dropped (dynamic sampling); the ratio is clipped asymmetrically to [1 − ε_low, 1 + ε_high] with
 ε_high > ε_low (clip-higher, against entropy collapse); the loss is averaged over steps ("token_mean"),
 not first within each episode ("seq_mean_token_mean", the original GRPO).
 
@@ -35,6 +36,23 @@ def group_advantages(rewards: torch.Tensor, group_size: int, std_normalize: bool
     if std_normalize:
         adv = adv / (r.std(dim=1, keepdim=True) + eps)
     return adv.flatten()
+
+
+def group_advantages_to_go(rewards: torch.Tensor, group_size: int, std_normalize: bool = True,
+                           eps: float = 1e-6) -> torch.Tensor:
+    """Per-step advantages (T×N) from per-step rewards (T×N, zero after an episode's end): the return from
+    step t on, less its group's mean at the same step, over the std of the group's episode returns.
+
+    An action cannot change the rewards before it (REINFORCE's causality), so leaving them out of its
+    advantage removes their noise; the episode-return std keeps GRPO's scale, where a per-step std would
+    blow up the late steps, whose returns-to-go barely differ.
+    """
+    to_go = rewards.float().flip(0).cumsum(0).flip(0)
+    g = to_go.view(len(to_go), -1, group_size)
+    adv = g - g.mean(dim=2, keepdim=True)
+    if std_normalize:
+        adv = adv / (g[0].std(dim=1, keepdim=True)[None] + eps)
+    return adv.reshape(to_go.shape)
 
 
 def informative_groups(rewards: torch.Tensor, group_size: int, tol: float = 1e-8) -> torch.Tensor:
