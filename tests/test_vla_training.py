@@ -203,7 +203,7 @@ def test_the_token_fewshot_configs_put_an_action_token_decoder_on_the_same_froze
     """`bench/vla.py --families token_vla_fewshot`: the token VLA in the flow few-shot recipe. Its backbone
     settings equal the flow SFT's (so `policy.init_modules: [backbone]` loads it, the vocabulary included:
     both reserve 256 action ids), and the decoder, with its own 32 bins, is the actor, PPO clipping one ratio per
-    token."""
+    token and GRPO crediting each step with its return to go."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("bench_vla", ROOT / "bench/vla.py")
     bench = importlib.util.module_from_spec(spec)
@@ -227,6 +227,7 @@ def test_the_token_fewshot_configs_put_an_action_token_decoder_on_the_same_froze
         ratio, target_kl = ("token", 0.01) if algorithm == "ppo" else ("action", 0.05)  # PPO: one ratio per token
         assert rl.policy.vla.ratio == ratio and rl.algo.target_kl == target_kl
         assert rl.policy.vla == replace(sft.policy.vla, ratio=ratio) and rl.policy.horizon == sft.policy.horizon
-        assert (replace(rl.algo, target_kl=same_kind.algo.target_kl), rl.grpo, rl.env.num_envs,
-                rl.train.total_steps) == (same_kind.algo, same_kind.grpo, same_kind.env.num_envs,
-                                          same_kind.train.total_steps)
+        assert rl.grpo.reward == ("return_to_go" if algorithm == "grpo" else same_kind.grpo.reward)
+        assert (replace(rl.algo, target_kl=same_kind.algo.target_kl), replace(rl.grpo, reward=same_kind.grpo.reward),
+                rl.env.num_envs, rl.train.total_steps) == (same_kind.algo, same_kind.grpo, same_kind.env.num_envs,
+                                                           same_kind.train.total_steps)
