@@ -28,7 +28,7 @@ class Episodes:
     the episode's return, success and length, and the per-step rewards of the first episodes (T×N)."""
 
     def __init__(self, steps: list[dict], valid: torch.Tensor, vocab: list[str], outcome: dict[str, torch.Tensor],
-                 rewards: torch.Tensor | None = None):
+                 rewards: torch.Tensor):
         self.steps, self.valid, self.vocab, self.outcome, self.rewards = steps, valid, vocab, outcome, rewards
 
 

@@ -71,7 +71,7 @@ def fake_round(rewards: list[float], lengths: list[int], T: int = 4) -> tuple[Ep
     steps = [{"obs": {"state": torch.full((n, 1), float(t))}, "actions": (10 * t + torch.arange(n)).float()[:, None],
               "log_probs": torch.zeros(n), "extras": {}} for t in range(T)]
     valid = torch.arange(T)[:, None] < torch.tensor(lengths)[None]
-    return Episodes(steps, valid, [], {}), torch.tensor(rewards)
+    return Episodes(steps, valid, [], {}, torch.zeros(T, n)), torch.tensor(rewards)
 
 
 @pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean_token_mean"])

@@ -5,9 +5,10 @@ episode i the advantage A_i = (R_i − mean_group) / (std_group + eps) (Shao et 
 Bessel's correction, as TRL computes it), or A_i = R_i − mean_group without the std (Dr.GRPO, Liu et al.
 2025). With reward `return_to_go`, step t of episode i gets its return from t on, compared with the
 group's at the same step (`group_advantages_to_go`). DAPO's additions (Yu et al. 2025): groups whose
-rewards all agree carry no signal and are dropped (dynamic sampling); the ratio is clipped asymmetrically to [1 − ε_low, 1 + ε_high] with
-ε_high > ε_low (clip-higher, against entropy collapse); the loss is averaged over steps ("token_mean"),
-not first within each episode ("seq_mean_token_mean", the original GRPO).
+rewards all agree carry no signal and are dropped (dynamic sampling); the ratio is clipped asymmetrically
+to [1 − ε_low, 1 + ε_high] with ε_high > ε_low (clip-higher, against entropy collapse); the loss is
+averaged over steps ("token_mean"), not first within each episode ("seq_mean_token_mean", the original
+GRPO).
 
 The update is PPO's (epochs, minibatches, gradient clipping, KL early stop: roborl/algos/ppo.py); only
 the loss differs. Batches carry per-row `weights` for the loss aggregation and may carry
