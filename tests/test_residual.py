@@ -8,10 +8,10 @@ from torch.distributions import Normal, TanhTransform, TransformedDistribution
 
 import sim
 import tasks
-from helpers import ROOT, roborl
+from helpers import roborl
 from policies import ResidualPolicy
 from roborl.algos.sac import SAC
-from roborl.builder import build, make_policy
+from roborl.builder import build
 from roborl.config import SACConfig, config_from_dict
 from roborl.errors import UserError
 from roborl.off_policy import SACTrainer, make_trainer
