@@ -1,6 +1,7 @@
 """Deterministic evaluation: success rate, return and length over a number of episodes, optional video."""
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Callable
 
@@ -9,6 +10,7 @@ import torch
 
 import sim
 from roborl.checkpoint import Checkpoint
+from roborl.errors import UserError
 
 
 def tile(frames: torch.Tensor) -> np.ndarray:
@@ -24,6 +26,14 @@ def episode_quota(episodes: int, num_envs: int) -> torch.Tensor:
     return quota
 
 
+def require_video_writer() -> None:
+    """imageio writes mp4 through the imageio-ffmpeg package; without it imageio picks another plugin that
+    fails with a traceback after the episodes ran. Checked before the first step instead."""
+    if importlib.util.find_spec("imageio_ffmpeg") is None:
+        raise UserError("eval videos need the imageio-ffmpeg package: pip install imageio-ffmpeg "
+                        "(or turn videos off: train.video=false, roborl eval --no-video)")
+
+
 @torch.no_grad()
 def evaluate(policy: torch.nn.Module, env: sim.VecEnv, episodes: int, seed: int = 12345,
              video_path: str | Path | None = None, video_envs: int = 4,
@@ -31,6 +41,8 @@ def evaluate(policy: torch.nn.Module, env: sim.VecEnv, episodes: int, seed: int 
     """Runs `policy.act(deterministic=True)` until every environment has ended its share of `episodes`
     episodes. The video (if any) tiles the first episode of the first `video_envs` environments;
     `progress(n)` is called as n more episodes are counted."""
+    if video_path is not None:
+        require_video_writer()
     obs = env.reset(seed=seed)
     stats: dict[str, list[torch.Tensor]] = {"success_at_end": [], "success_once": [], "return": [], "length": [],
                                             "cost": []}

@@ -20,7 +20,7 @@ from roborl.checkpoint import Checkpoint, save_checkpoint
 from roborl.compiling import maybe_compile
 from roborl.config import Config, config_to_dict
 from roborl.errors import UserError
-from roborl.evaluate import evaluate
+from roborl.evaluate import evaluate, require_video_writer
 from roborl.logger import Logger
 from roborl.plots import plot_curves
 from roborl.rollout import collect, record_episodes
@@ -49,6 +49,8 @@ class Trainer:
         one learner's share of the envs and its own seeds (roborl/distributed.py)."""
         self.run_cfg = cfg
         self.cfg = cfg = shard or cfg
+        if cfg.train.video and cfg.env.id.startswith("mujoco/"):
+            require_video_writer()  # before the run dir exists, not at the first eval
         resume = Checkpoint(cfg.train.resume) if cfg.train.resume else None
         self.device = resolve_device(cfg.train.device)
         torch.set_num_threads(cfg.train.threads or max(1, (os.cpu_count() or 1) // 2))

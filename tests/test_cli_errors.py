@@ -1,7 +1,12 @@
 """Bad input: one line that says what is wrong, exit code 2, no traceback, nothing written."""
-import pytest
+import importlib.util
 
+import pytest
 from helpers import ROOT, roborl
+
+from roborl.config import load_config
+from roborl.errors import UserError
+from roborl.off_policy import make_trainer
 
 REACH = str(ROOT / "configs" / "ppo_reach.yaml")
 
@@ -48,3 +53,17 @@ def test_corrupt_checkpoint_is_refused(tmp_path):
     assert_one_line_error(roborl("eval", str(bad)), str(bad), "corrupt")
     assert_one_line_error(roborl("train", f"resume={bad}"), str(bad), "corrupt")
     assert_one_line_error(roborl("eval", str(tmp_path / "missing.safetensors")), "does not exist")
+
+
+def test_missing_video_writer_is_refused_before_the_run_starts(tmp_path, monkeypatch):
+    """Without imageio-ffmpeg, imageio hands the mp4 to another plugin that fails after the first eval's
+    episodes; the trainer says what is missing before it makes the run directory."""
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr("roborl.evaluate.importlib.util.find_spec",
+                        lambda name, *a: None if name == "imageio_ffmpeg" else find_spec(name, *a))
+    cfg = load_config(REACH, [f"train.run_dir={tmp_path}", "train.name=novideo"])
+    with pytest.raises(UserError, match=r"pip install imageio-ffmpeg .*train\.video=false") as err:
+        make_trainer(cfg)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "novideo").exists()
+    assert importlib.util.find_spec("imageio_ffmpeg") is None  # the patch is what the trainer saw
