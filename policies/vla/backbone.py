@@ -10,6 +10,7 @@ saved by `policies.vla.io.save_pretrained` rebuilds from the configs and tokeniz
 from __future__ import annotations
 
 import contextlib
+import inspect
 from pathlib import Path
 
 import torch
@@ -88,6 +89,12 @@ def untie_state_dict(module: nn.Module, state: dict, prefix: str, local_metadata
             if value.data_ptr() in seen:
                 state[key] = value.detach().clone()
             seen.add(value.data_ptr())
+
+
+def cache_argument(decoder: nn.Module) -> str:
+    """transformers 5.x renamed the decoders' `past_key_values` argument to `cache` (the old name warns and
+    goes in 5.40); whichever this version's forward takes."""
+    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
 
 
 class VLABackbone(nn.Module):
@@ -178,10 +185,16 @@ class VLABackbone(nn.Module):
 
     def run(self, embeds: torch.Tensor, mask: torch.Tensor, cache=None, use_cache: bool = False):
         """The LM decoder on `embeds` (the last embeds.shape[1] positions of `mask`), returning its output
-        (last_hidden_state, past_key_values); position ids count only unmasked tokens."""
+        (last_hidden_state and its KV cache, read by `kv_cache`); position ids count only unmasked tokens."""
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -embeds.shape[1]:]
-        return self.lm.get_decoder()(inputs_embeds=embeds, attention_mask=mask, position_ids=positions,
-                                     past_key_values=cache, use_cache=use_cache or cache is not None)
+        decoder = self.lm.get_decoder()
+        return decoder(inputs_embeds=embeds, attention_mask=mask, position_ids=positions,
+                       use_cache=use_cache or cache is not None, **{cache_argument(decoder): cache})
+
+    @staticmethod
+    def kv_cache(output):
+        """The KV cache of a `run` output, under either of transformers' names for it."""
+        return output.cache if hasattr(output, "cache") else output.past_key_values
 
     def hidden_states(self, obs: dict, text_ids: torch.Tensor,
                       stored: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:

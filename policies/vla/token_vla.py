@@ -114,7 +114,7 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
             bins.append(token)
             if t < self.num_tokens - 1:
                 mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], 1)
-                out = bb.run(self.embed_bins(token)[:, None], mask, cache=out.past_key_values)
+                out = bb.run(self.embed_bins(token)[:, None], mask, cache=bb.kv_cache(out))
         return torch.stack(bins, 1)
 
     @torch.no_grad()
