@@ -49,7 +49,8 @@ class Trainer:
         one learner's share of the envs and its own seeds (roborl/distributed.py)."""
         self.run_cfg = cfg
         self.cfg = cfg = shard or cfg
-        if cfg.train.video and cfg.env.id.startswith("mujoco/"):
+        self.records_video = cfg.train.video and cfg.env.id.startswith("mujoco/")  # eval videos
+        if self.records_video:
             require_video_writer()  # before the run dir exists, not at the first eval
         resume = Checkpoint(cfg.train.resume) if cfg.train.resume else None
         self.device = resolve_device(cfg.train.device)
@@ -140,7 +141,7 @@ class Trainer:
             self.eval_env = self.env if self.env.unwrapped.one_per_process else \
                 make_run_env(self.cfg, min(t.eval_envs, t.eval_episodes), t.seed + 1, self.device)
         video = None
-        if t.video and self.cfg.env.id.startswith("mujoco/"):
+        if self.records_video:
             (self.run_dir / "videos").mkdir(exist_ok=True)
             video = self.run_dir / "videos" / f"eval_{self.env_steps:09d}.mp4"
         self.policy.eval()

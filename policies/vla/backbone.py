@@ -114,6 +114,7 @@ class VLABackbone(nn.Module):
         for module in (vision, self.projector, self.proprio, lm):
             module.to(self.dtype)
         self.lm = self._finetune(lm)
+        self.cache_argument = cache_argument(self.lm.get_decoder())  # read once, not per decoded token
         self.register_state_dict_post_hook(untie_state_dict)
 
     def _finetune(self, lm: PreTrainedModel) -> nn.Module:
@@ -189,7 +190,7 @@ class VLABackbone(nn.Module):
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, -embeds.shape[1]:]
         decoder = self.lm.get_decoder()
         return decoder(inputs_embeds=embeds, attention_mask=mask, position_ids=positions,
-                       use_cache=use_cache or cache is not None, **{cache_argument(decoder): cache})
+                       use_cache=use_cache or cache is not None, **{self.cache_argument: cache})
 
     @staticmethod
     def kv_cache(output):
