@@ -39,7 +39,7 @@ def train_bc(cfg: Config) -> dict:
     demo_env = data.env_args.get("env_id")
     if demo_env and demo_env != cfg.env.id:
         raise UserError(f"the demonstrations were recorded on '{demo_env}' but env.id is '{cfg.env.id}'")
-    env = make_env(cfg.env, min(t.eval_envs, t.eval_episodes), t.seed + 1, device)
+    env = make_env(cfg.env.for_evaluation(), min(t.eval_envs, t.eval_episodes), t.seed + 1, device)
     policy = make_policy(cfg.policy, env, cfg.env.action_chunk).to(device)
     if data.obs.shape[1] != env.observation_space["state"].shape[0]:
         raise UserError(f"demonstration states have {data.obs.shape[1]} dims but the env's have "

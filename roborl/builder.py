@@ -57,6 +57,8 @@ def make_env(cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> 
     if cfg.id.startswith("libero/"):  # state skips LIBERO's cameras; rgb renders agent view and wrist at this size
         options.update(obs_mode=cfg.obs_mode, image_size=cfg.render_size[0])
     env = sim.make(cfg.id, num_envs, **options)
+    if cfg.task_weights:
+        set_task_weights(env, cfg)
     if cfg.rm.machine or cfg.rm.ltlf:
         try:
             machine = load_machine(cfg.rm.machine, cfg.rm.ltlf)
@@ -71,6 +73,18 @@ def make_env(cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> 
     if cfg.action_chunk > 1:
         env = ActionChunkEnv(env, cfg.action_chunk)
     return env
+
+
+def set_task_weights(env: sim.VecEnv, cfg: EnvConfig) -> None:
+    if not hasattr(env.unwrapped, "set_task_weights"):
+        env.close()
+        raise UserError(f"env.task_weights weighs the tasks of a multi-task env (mujoco/LangTabletop*); {cfg.id} "
+                        "samples no tasks: remove env.task_weights")
+    try:
+        env.unwrapped.set_task_weights(cfg.task_weights)
+    except sim.SimError as exc:
+        env.close()
+        raise UserError(f"env.task_weights: {exc}") from exc
 
 
 def shield_specs(cfg: EnvConfig, env: sim.VecEnv) -> list[dict]:

@@ -53,9 +53,16 @@ class EnvConfig:
     backend: str = "mujoco"  # physics of the mujoco/ tasks: mujoco (CPU threads) | warp (MuJoCo Warp, GPU)
     action_chunk: int = 1  # K: one policy decision executes K actions of its chunk (sim/chunking.py)
     obs_history: int = 1  # n: `state` holds the last n states of the episode (sim/history.py)
+    # training resets of a multi-task env sample each task in proportion to its weight (unnamed tasks weigh 1),
+    # e.g. {push: 2}; evaluation keeps every task equally often
+    task_weights: dict[str, float] = field(default_factory=dict)
     rm: RMConfig = field(default_factory=RMConfig)  # a reward machine over the task's labels (roborl/rm)
     shield: ShieldConfig = field(default_factory=ShieldConfig)  # action shields (roborl/shields)
     randomize: Randomization = field(default_factory=Randomization)  # domain randomization (sim/randomization.py)
+
+    def for_evaluation(self) -> EnvConfig:
+        """The env evaluations run in: every task of a multi-task env equally often (no task_weights)."""
+        return dataclasses.replace(self, task_weights={})
 
 
 @dataclass
@@ -336,6 +343,12 @@ def _check(value: Any, tp: Any, path: str) -> Any:
         if not isinstance(value, list):
             raise UserError(f"config key '{path}' must be a list of {_type_name(item)}, got {value!r}")
         return [_check(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        key_type, item = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise UserError(f"config key '{path}' must be a mapping of {_type_name(key_type)} to {_type_name(item)}, "
+                            f"got {value!r}")
+        return {_check(k, key_type, path): _check(v, item, f"{path}.{k}") for k, v in value.items()}
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if tp is float and isinstance(value, str):

@@ -106,6 +106,7 @@ def _spaces(ckpt: Checkpoint, env_id: str) -> str:
     from roborl.config import config_from_dict
 
     cfg = config_from_dict(ckpt.config)
+    cfg.env = cfg.env.for_evaluation()
     cfg.env.id = env_id
     env = make_run_env(cfg, 1, 0, torch.device("cpu"))
     try:

@@ -96,6 +96,7 @@ def load_for_eval(ckpt: Checkpoint, num_envs: int, device: torch.device,
     from roborl.config import config_from_dict
 
     cfg = config_from_dict(ckpt.config)
+    cfg.env = cfg.env.for_evaluation()
     cfg.env.num_envs = num_envs
     if env_id is not None:
         cfg.env.id = env_id

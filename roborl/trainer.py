@@ -1,6 +1,7 @@
 """The training loop: collect a rollout, bootstrap time-outs, GAE, PPO update, evaluate, checkpoint, log."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -139,7 +140,8 @@ class Trainer:
         t = self.cfg.train
         if self.eval_env is None:
             self.eval_env = self.env if self.env.unwrapped.one_per_process else \
-                make_run_env(self.cfg, min(t.eval_envs, t.eval_episodes), t.seed + 1, self.device)
+                make_run_env(dataclasses.replace(self.cfg, env=self.cfg.env.for_evaluation()),
+                             min(t.eval_envs, t.eval_episodes), t.seed + 1, self.device)
         video = None
         if self.records_video:
             (self.run_dir / "videos").mkdir(exist_ok=True)

@@ -85,6 +85,7 @@ class LangTabletopEnv(CubePushing, ArmEnv):
             raise SimError(f"unknown LangTabletop tasks {unknown or names}; available: {', '.join(TASK_NAMES)}")
         self.task_names = names
         self.active = torch.tensor([TASK_NAMES.index(t) for t in names])
+        self.task_cdf: torch.Tensor | None = None  # set_task_weights; None: every task equally often
         self.privileged = obs_mode == "state" if privileged_state is None else privileged_state
         self.layout_jitter = layout_jitter
         kwargs.setdefault("camera", "workspace")  # high and close: the cubes and balls are seen beside the gripper
@@ -106,11 +107,32 @@ class LangTabletopEnv(CubePushing, ArmEnv):
         self.other = InstructedCube(self.cubes, self.color, other=True)
 
     # ---- episode sampling -----------------------------------------------------------------------
+    def set_task_weights(self, weights: dict[str, float]) -> None:
+        """Sample each task at reset in proportion to its weight (a task not named weighs 1), e.g.
+        {"push": 2}: push in half the episodes of ReachPushLift. Multi-task RL spends its samples where the
+        policy is weakest this way ("hard tasks first"); an empty dict restores uniform sampling."""
+        unknown = sorted(set(weights) - set(self.task_names))
+        if unknown:
+            raise SimError(f"task weights name {unknown}, which this env does not sample; its tasks: "
+                           f"{', '.join(self.task_names)}")
+        w = torch.tensor([float(weights.get(t, 1.0)) for t in self.task_names])
+        if not torch.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+            raise SimError(f"task weights must be finite, ≥ 0 and not all 0, got {dict(weights)}")
+        self.task_cdf = None if not weights else (w.cumsum(0) / w.sum()).double()
+
+    def _sample_tasks(self, n: int) -> torch.Tensor:
+        """One draw per row, so group resets give each member its group's task."""
+        g = self.generator
+        if self.task_cdf is None:
+            return self.active[torch.randint(len(self.active), (n,), generator=g)]
+        u = torch.rand(n, generator=g, dtype=torch.float64)
+        return self.active[torch.searchsorted(self.task_cdf, u, right=True).clamp(max=len(self.active) - 1)]
+
     def _reset_idx(self, ids: torch.Tensor) -> None:
         """Draws the same number of samples per row whatever the task (group resets rely on it)."""
         n, g = len(ids), self.generator
         self._reset_arm(ids)
-        task = self.active[torch.randint(len(self.active), (n,), generator=g)]
+        task = self._sample_tasks(n)
         template = (torch.rand(n, generator=g) * TEMPLATE_COUNTS[task]).long()
         color, target = torch.randint(2, (n,), generator=g), torch.randint(len(TARGET_COLORS), (n,), generator=g)
         direction, word = torch.randint(len(DIRECTIONS), (n,), generator=g), torch.randint(MAX_WORDS, (n,), generator=g)

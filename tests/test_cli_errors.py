@@ -36,6 +36,10 @@ def assert_one_line_error(proc, *fragments: str) -> None:
     (["policy.kind=flow", "env.action_chunk=4", "policy.horizon=2"], ["policy.horizon (2) must be >= env.action_chunk (4)"]),
     (["policy.kind=diffusion", "policy.init=/nonexistent.safetensors"], ["checkpoint '/nonexistent.safetensors' does not exist"]),
     (["policy.init_modules=[backbone]"], ["policy.init_modules ['backbone'] takes parts of policy.init, which is unset"]),
+    (["env.task_weights.push=2"], ["env.task_weights weighs the tasks of a multi-task env", "mujoco/Reach samples no tasks"]),
+    (["env.id=mujoco/LangTabletopFixed-ReachPushLift", "env.obs_mode=state", "env.task_weights.stack=2"],
+     ["env.task_weights: task weights name ['stack']", "its tasks: reach, push, lift"]),
+    (["env.task_weights=[2, 1]"], ["'env.task_weights' must be a mapping of str to float"]),
 ])
 def test_bad_config_is_one_line(tmp_path, overrides, fragments):
     proc = roborl("train", REACH, f"train.run_dir={tmp_path}", "train.name=bad", *overrides)

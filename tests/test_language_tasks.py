@@ -56,6 +56,27 @@ def test_tasks_option_restricts_the_tasks():
         sim.make("mujoco/LangTabletop", 2, tasks=("fly",))
 
 
+def test_task_weights_set_how_often_each_task_is_sampled():
+    env = sim.make("mujoco/LangTabletopFixed-ReachPushLift", 600, obs_mode="state")
+    reach, push, lift = (TASK_NAMES.index(t) for t in ("reach", "push", "lift"))
+    env.set_task_weights({"push": 2})
+    counts = torch.bincount(env.reset(seed=0)["task_id"], minlength=len(TASK_NAMES)).double() / 600
+    assert abs(counts[push] - 0.5) < 0.06 and abs(counts[reach] - 0.25) < 0.06 and abs(counts[lift] - 0.25) < 0.06
+    env.set_task_weights({"reach": 0, "lift": 3})
+    counts = torch.bincount(env.reset(seed=0)["task_id"], minlength=len(TASK_NAMES)).double() / 600
+    assert counts[reach] == 0 and abs(counts[lift] - 0.75) < 0.06
+    obs = env.reset(seed=1, options={"group_size": 10})  # weighted draws keep each group on one start
+    assert torch.equal(obs["state"].view(60, 10, -1), obs["state"][::10, None].expand(60, 10, -1))
+    env.set_task_weights({})
+    uniform = env.reset(seed=0)["task_id"]
+    assert torch.equal(uniform, sim.make("mujoco/LangTabletopFixed-ReachPushLift", 600, obs_mode="state")
+                       .reset(seed=0)["task_id"])  # no weights: the draws of an env that never had any
+    with pytest.raises(sim.SimError, match=r"task weights name \['stack'\].*its tasks: reach, push, lift"):
+        env.set_task_weights({"stack": 1})
+    with pytest.raises(sim.SimError, match="must be finite, ≥ 0 and not all 0"):
+        env.set_task_weights({"reach": 0, "push": 0, "lift": 0})
+
+
 def test_group_reset_gives_identical_starts_within_groups():
     env = sim.make("mujoco/LangTabletop", 8, episode_length=20)
     obs = env.reset(seed=4, options={"group_size": 4})

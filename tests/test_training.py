@@ -14,7 +14,9 @@ from helpers import ROOT, roborl
 import roborl.trainer as trainer_module
 from roborl.checkpoint import Checkpoint, save_checkpoint
 from roborl.config import load_config
+from roborl.evaluate import load_for_eval
 from roborl.trainer import Trainer
+from tasks.language import TASK_NAMES
 from tasks.reach import ReachEnv
 
 REACH = str(ROOT / "configs" / "ppo_reach.yaml")
@@ -153,3 +155,20 @@ def test_one_env_per_process_simulator_is_evaluated_in_its_training_envs(tmp_pat
     assert built == [4], f"envs built: {built}"  # the training envs only
     assert trainer.eval_env is trainer.env and len(summary["eval_history"]) == 3
     assert summary["env_steps"] == 120
+
+
+def test_task_weights_shape_training_episodes_but_not_evaluation(tmp_path):
+    """Push-only training (reach and lift weigh 0) still evaluates on all three tasks, equally often."""
+    cfg = load_config(REACH, [f"train.run_dir={tmp_path}", "train.name=weights", "train.video=false",
+                              "env.id=mujoco/LangTabletopFixed-ReachPushLift", "env.obs_mode=state", "env.num_envs=48",
+                              "env.task_weights={reach: 0, lift: 0}", "train.eval_episodes=48", "train.eval_envs=48",
+                              "train.progress=false"])
+    trainer = Trainer(cfg)
+    assert set(trainer.env.reset(seed=0)["task_id"].tolist()) == {TASK_NAMES.index("push")}
+    trainer.run_eval(0.0)
+    evaluated = trainer.eval_env.reset(seed=0)["task_id"]
+    assert set(evaluated.tolist()) == {TASK_NAMES.index(t) for t in ("reach", "push", "lift")}
+    path = trainer.save("last", 0.0)
+    assert Checkpoint(path).config["env"]["task_weights"] == {"reach": 0.0, "lift": 0.0}
+    env, _ = load_for_eval(Checkpoint(path), 4, torch.device("cpu"), env_id="mujoco/LangTabletopFixed-Reach")
+    assert set(env.reset(seed=0)["task_id"].tolist()) == {TASK_NAMES.index("reach")}  # per-task evals too
