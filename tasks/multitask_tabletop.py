@@ -115,10 +115,12 @@ class LangTabletopEnv(CubePushing, ArmEnv):
         if unknown:
             raise SimError(f"task weights name {unknown}, which this env does not sample; its tasks: "
                            f"{', '.join(self.task_names)}")
-        w = torch.tensor([float(weights.get(t, 1.0)) for t in self.task_names])
+        w = torch.tensor([float(weights.get(t, 1.0)) for t in self.task_names], dtype=torch.float64)
         if not torch.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
             raise SimError(f"task weights must be finite, ≥ 0 and not all 0, got {dict(weights)}")
-        self.task_cdf = None if not weights else (w.cumsum(0) / w.sum()).double()
+        cdf = w.cumsum(0) / w.sum()
+        cdf[-1] = 1.0  # exactly: a uniform draw in [0, 1) never falls past the last task
+        self.task_cdf = cdf if weights else None
 
     def _sample_tasks(self, n: int) -> torch.Tensor:
         """One draw per row, so group resets give each member its group's task."""
@@ -126,7 +128,7 @@ class LangTabletopEnv(CubePushing, ArmEnv):
         if self.task_cdf is None:
             return self.active[torch.randint(len(self.active), (n,), generator=g)]
         u = torch.rand(n, generator=g, dtype=torch.float64)
-        return self.active[torch.searchsorted(self.task_cdf, u, right=True).clamp(max=len(self.active) - 1)]
+        return self.active[torch.searchsorted(self.task_cdf, u, right=True)]
 
     def _reset_idx(self, ids: torch.Tensor) -> None:
         """Draws the same number of samples per row whatever the task (group resets rely on it)."""
