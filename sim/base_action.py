@@ -16,6 +16,7 @@ so an RL update never recomputes them and no gradient can reach the base.
 """
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Callable
 
 import gymnasium as gym
@@ -61,6 +62,10 @@ class BaseActionEnv(VecEnvWrapper):
             self.position[refresh] = 0
         rows = torch.arange(self.num_envs, device=self.device)
         return self.chunk[rows, self.position].clamp(-1, 1)
+
+    def unobserved(self) -> AbstractContextManager[None]:
+        """The base reads every step's observation, so nothing under it may be left out."""
+        return nullcontext()
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> Obs:
         obs = self.env.reset(seed=seed, options=options)

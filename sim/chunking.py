@@ -4,11 +4,13 @@ The wrapped env is a VecEnv whose one `step` is K control steps (one decision of
 the trainer's MDP runs at the decision rate. Rewards are summed over the executed steps. An env whose
 episode ends inside the chunk stops collecting reward there; its `final_obs` and episode statistics are
 those of that moment, and the rest of its chunk runs on the fresh episode (set the task's episode length
-to a multiple of K and that happens only on early terminations).
+to a multiple of K and that happens only on early terminations). The inner steps but the last run
+`unobserved`: their observations are dropped, so a simulator need not render them.
 """
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 
 import gymnasium as gym
 import numpy as np
@@ -42,7 +44,8 @@ class ActionChunkEnv(VecEnvWrapper):
         final_obs: Obs | None = None
         episode: dict[str, torch.Tensor] | None = None
         for k in range(self.execute):
-            obs, reward, term, trunc, info = self.env.step(action[:, k])
+            with self.env.unobserved() if k < self.execute - 1 else nullcontext():
+                obs, reward, term, trunc, info = self.env.step(action[:, k])
             alive = ~ended
             total += reward * alive
             if k == 0:

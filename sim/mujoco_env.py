@@ -8,6 +8,8 @@ row); torch views of it give tasks `qpos` / `qvel` without copies. One control s
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +84,7 @@ class MujocoVecEnv(VecEnv):
         self._pool = rollout.Rollout(nthread=nthread) if backend == "mujoco" else None
         self._warp = WarpPhysics(self.model, num_envs, substeps) if backend == "warp" else None
         self._renderer = None
+        self._observed = True  # False inside `unobserved`: step() then renders no frames
 
         nq, nv, nu = self.model.nq, self.model.nv, self.model.nu
         nstate = mujoco.mj_stateSize(self.model, FULL)
@@ -206,10 +209,9 @@ class MujocoVecEnv(VecEnv):
         if "cost" in ev:
             info["cost"] = ev["cost"].float()
             self.episode_cost += info["cost"]
-        obs = self._obs()
         done = terminated | truncated
         if done.any():
-            info["final_obs"] = obs
+            info["final_obs"] = self._obs()
             info["episode"] = {
                 "return": self.episode_return.clone(), "length": self.elapsed.clone(),
                 "success_once": self.success_once.clone(), "success_at_end": success.clone(),
@@ -217,9 +219,18 @@ class MujocoVecEnv(VecEnv):
             if "cost" in ev:
                 info["episode"]["cost"] = self.episode_cost.clone()
             self._reset_envs(done)
-            obs = self._obs()
+        obs = self._obs(frames=self._observed)
         info["done"] = done
         return obs, reward.to(self.device), terminated.to(self.device), truncated.to(self.device), self._to_device(info)
+
+    @contextmanager
+    def unobserved(self) -> Iterator[None]:
+        """Steps inside return no `rgb` (rendering is most of an rgb step's cost); `final_obs` keeps it."""
+        self._observed = False
+        try:
+            yield
+        finally:
+            self._observed = True
 
     def render(self, env_ids: list[int] | None = None) -> torch.Tensor:
         from sim.render import BatchRenderer
@@ -269,12 +280,12 @@ class MujocoVecEnv(VecEnv):
         self.episode_cost[ids] = 0.0
         self.success_once[ids] = False
 
-    def _obs(self) -> Obs:
+    def _obs(self, frames: bool = True) -> Obs:
         state = self._state_obs()
         if self.randomizer is not None:
             state = self.randomizer.noisy(state)
         obs: Obs = {"state": state.float().to(self.device)}
-        if self.obs_mode == "rgb":
+        if self.obs_mode == "rgb" and frames:
             obs["rgb"] = self.render().to(self.device)
         if self.instruction:
             obs["instruction"] = [self.instruction] * self.num_envs

@@ -1,6 +1,8 @@
 """The batched environment contract every simulator backend keeps (see DESIGN.md, "VecEnv")."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import gymnasium as gym
@@ -34,6 +36,13 @@ class VecEnv:
 
     def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         raise NotImplementedError
+
+    @contextmanager
+    def unobserved(self) -> Iterator[None]:
+        """Steps taken inside return observations nobody reads (an action chunk's inner steps), so a
+        simulator may leave out what is costly to make, such as camera frames; `info["final_obs"]` stays
+        whole. Here nothing is left out."""
+        yield
 
     def render(self, env_ids: list[int] | None = None) -> torch.Tensor:
         """RGB frames of the given (default: all) environments, uint8 n×H×W×3."""

@@ -1,6 +1,8 @@
 """Base of VecEnv wrappers: forwards everything to the wrapped env unless the wrapper overrides it."""
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 import torch
 
 from sim.vec_env import Obs, VecEnv
@@ -23,6 +25,9 @@ class VecEnvWrapper(VecEnv):
 
     def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         return self.env.step(action)
+
+    def unobserved(self) -> AbstractContextManager[None]:
+        return self.env.unobserved()
 
     def render(self, env_ids: list[int] | None = None) -> torch.Tensor:
         return self.env.render(env_ids)

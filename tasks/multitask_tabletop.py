@@ -207,8 +207,8 @@ class LangTabletopEnv(CubePushing, ArmEnv):
         onehot = torch.nn.functional.one_hot(self.task_id, len(TASK_NAMES)).double()
         return torch.cat([arm, goal, goal - self.tcp, c, c - self.tcp, self.other.pos, onehot], -1)
 
-    def _obs(self) -> Obs:
-        obs = super()._obs()
+    def _obs(self, frames: bool = True) -> Obs:
+        obs = super()._obs(frames)
         obs["instruction"] = list(self.instructions)
         obs["task_id"] = self.task_id.clone().to(self.device)
         return obs

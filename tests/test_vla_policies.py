@@ -374,6 +374,16 @@ def test_token_decoder_head_trains_on_a_frozen_backbone_with_log_probs_from_its_
     greedy = policy.act(obs, deterministic=True).extras["tokens"]
     with torch.no_grad():
         assert torch.equal(greedy, policy.decoder(hidden, mask, greedy[:, :-1]).argmax(-1))
+    # decoding on the cache sees the logits of the teacher-forced pass, with part of the prefix masked
+    seen = []
+    masked = mask.clone()
+    masked[:2, :4] = 0  # the first image patches
+    sampled = policy.decoder.generate(hidden, masked,
+                                      lambda lg: seen.append(lg) or torch.multinomial(lg.softmax(-1), 1)[:, 0])
+    with torch.no_grad():
+        forced = policy.decoder(hidden, masked, sampled[:, :-1])
+    assert torch.allclose(torch.stack(seen, 1), forced, atol=1e-5)
+    assert not torch.allclose(forced, policy.decoder(hidden, mask, sampled[:, :-1]), atol=1e-5)
     (policy.bc_loss(obs, act.action) - policy.evaluate(obs, act)[0].mean()).backward()
     assert all(p.grad is None for p in policy.backbone.parameters())
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.decoder.parameters())

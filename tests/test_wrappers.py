@@ -6,6 +6,7 @@ import sim
 import tasks  # noqa: F401
 from sim.chunking import ActionChunkEnv
 from sim.history import StateHistoryEnv
+from sim.render import BatchRenderer
 
 
 def test_chunked_env_equals_stepping_the_chunk_by_hand():
@@ -49,6 +50,36 @@ def test_chunked_env_stops_crediting_an_episode_that_ended_inside_the_chunk():
     assert trunc.all() and info["done"].all()
     assert torch.equal(info["episode"]["length"], torch.full((N,), 80))
     assert torch.allclose(reward, rewards[78] + rewards[79], atol=1e-6)  # steps 79 and 80, not step 81
+    env.close()
+    raw.close()
+
+
+def test_chunked_rgb_env_renders_only_the_frames_it_returns(monkeypatch):
+    """The inner steps of a chunk run `unobserved`: no frames are rendered for them, yet the returned frames
+    and a final observation from inside the chunk equal those of stepping the chunk by hand."""
+    N, K = 2, 3  # 5 control steps: each episode ends inside the 2nd decision, on one of its unobserved steps
+    make = {"seed": 0, "obs_mode": "rgb", "render_size": (32, 32), "episode_length": 5}
+    raw, env = sim.make("mujoco/Reach", N, **make), ActionChunkEnv(sim.make("mujoco/Reach", N, **make), K)
+    rendered = []
+    real_render = BatchRenderer.render
+    monkeypatch.setattr(BatchRenderer, "render", lambda self, states, *a, **kw: rendered.append(len(states))
+                        or real_render(self, states, *a, **kw))
+    raw.reset(seed=1)
+    env.reset(seed=1)
+    chunks = torch.rand(2, N, K, 4, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    for decision, chunk in enumerate(chunks):
+        for k in range(K):
+            obs_raw, _, _, _, info_raw = raw.step(chunk[:, k])
+            if "final_obs" in info_raw:
+                final_raw = info_raw["final_obs"]["rgb"]
+        del rendered[:]
+        obs, _, _, _, info = env.step(chunk)
+        assert torch.equal(obs["rgb"], obs_raw["rgb"])
+        if decision == 0:
+            assert rendered == [N] and "final_obs" not in info  # K control steps, one batch of frames
+        else:
+            assert info["done"].all() and torch.equal(info["final_obs"]["rgb"], final_raw)
+            assert rendered == [N, N]  # the final frames inside the chunk, and the returned ones
     env.close()
     raw.close()
 

@@ -119,13 +119,9 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
 
     @torch.no_grad()
     def decode(self, obs: dict, text_ids: torch.Tensor, deterministic: bool, extras: dict | None) -> torch.Tensor:
-        """The decoder's bin indices N×T, one token at a time on one backbone pass."""
+        """The decoder's bin indices N×T, one token at a time on its cache, on one backbone pass."""
         hidden, mask = self.backbone.hidden_states(obs, text_ids, extras)
-        bins = hidden.new_zeros(hidden.shape[0], 0, dtype=torch.long)
-        for _ in range(self.num_tokens):
-            logits = self.decoder(hidden, mask, bins)[:, -1]
-            bins = torch.cat([bins, self.pick(logits, deterministic)[:, None]], 1)
-        return bins
+        return self.decoder.generate(hidden, mask, lambda logits: self.pick(logits, deterministic))
 
     def pick(self, logits: torch.Tensor, deterministic: bool) -> torch.Tensor:
         if deterministic:
