@@ -24,7 +24,7 @@ class ActionTokenDecoder(nn.Module):
     def __init__(self, memory_width: int, bins: int, num_tokens: int, width: int, layers: int, heads: int) -> None:
         super().__init__()
         self.start = bins  # the id of the start token, after the bins
-        self.num_tokens, self.heads = num_tokens, heads
+        self.heads = heads
         self.memory = nn.Sequential(nn.LayerNorm(memory_width), nn.Linear(memory_width, width))
         self.embed = nn.Embedding(bins + 1, width)
         self.position = nn.Parameter(torch.randn(num_tokens, width) * 0.02)
@@ -47,7 +47,7 @@ class ActionTokenDecoder(nn.Module):
     @torch.no_grad()
     def generate(self, hidden: torch.Tensor, mask: torch.Tensor,
                  pick: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """Bins N×num_tokens, token t chosen by `pick(logits N×bins)` given the tokens before it. The
+        """Bins N×T (T action tokens, one per learned position), token t chosen by `pick(logits N×bins)` given the tokens before it. The
         logits equal `forward`'s at every position (up to float rounding): the same layers, run
         incrementally."""
         n = hidden.shape[0]
@@ -58,7 +58,7 @@ class ActionTokenDecoder(nn.Module):
         cache: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(cross)
         token = hidden.new_full((n,), self.start, dtype=torch.long)
         bins = []
-        for t in range(self.num_tokens):
+        for t in range(len(self.position)):  # one learned position per action token
             x = (self.embed(token) + self.position[t])[:, None]
             for i, layer in enumerate(self.layers.layers):
                 q, k, v = self._heads(F.linear(layer.norm1(x), layer.self_attn.in_proj_weight,
