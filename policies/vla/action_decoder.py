@@ -47,9 +47,9 @@ class ActionTokenDecoder(nn.Module):
     @torch.no_grad()
     def generate(self, hidden: torch.Tensor, mask: torch.Tensor,
                  pick: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """Bins N×T (T action tokens, one per learned position), token t chosen by `pick(logits N×bins)` given the tokens before it. The
-        logits equal `forward`'s at every position (up to float rounding): the same layers, run
-        incrementally."""
+        """Bins N×T (T action tokens, one per learned position), token t chosen by `pick(logits N×bins)`
+        given the tokens before it. The logits equal `forward`'s at every position (up to float rounding):
+        the same layers, run incrementally."""
         n = hidden.shape[0]
         memory = self.memory(hidden.float())
         visible = (mask != 0)[:, None, None, :]  # N×1×1×S: which prefix tokens each head may attend to
