@@ -292,6 +292,13 @@ def test_bc_regularizer_pulls_the_fine_tuned_network_back_to_the_pretrained_one(
     assert all(not p.requires_grad for p in policy.reference.parameters())
 
 
+def test_ppo_reports_how_many_minibatch_steps_ran_before_target_kl_stopped_it():
+    policy = flow("flow_noise")
+    buf = rollout(policy, 4, 16)
+    assert PPO(policy, PPOConfig(lr=1e-3, epochs=3, minibatches=2, target_kl=None)).update(buf)["minibatches"] == 6
+    assert PPO(policy, PPOConfig(lr=1e-1, epochs=3, minibatches=2, target_kl=1e-9)).update(buf)["minibatches"] == 1
+
+
 def test_critic_warmup_moves_only_the_critic_and_critic_lr_is_its_own():
     policy = diffusion()
     T, N = 3, 8

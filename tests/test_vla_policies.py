@@ -343,13 +343,16 @@ def test_attention_readout_trains_on_a_frozen_backbone_from_hidden_states_stored
         VLASpec(readout="cls").check()
 
 
-def test_token_decoder_head_trains_on_a_frozen_backbone_with_log_probs_from_its_own_softmax():
+@pytest.mark.parametrize("pooled", [False, True])
+def test_token_decoder_head_trains_on_a_frozen_backbone_with_log_probs_from_its_own_softmax(pooled):
     """`vla.action_head: decoder`: a small decoder, not the LM, predicts the action tokens, so a frozen backbone
     still has an actor to train. log π is the sum of the executed tokens' log-softmax of the decoder's
     teacher-forced logits; greedy decoding is their argmax; the stored hidden states give a fresh pass's
-    log-probs; each token depends only on the tokens before it."""
+    log-probs; each token depends only on the tokens before it. The same with `decoder_pooled` (the pooled
+    prefix added to every token's input), whose cached decoding must add it too."""
     policy = token_vla(horizon=2, execute=1, temperature=1.5, finetune="frozen", action_head="decoder",
-                       decoder_width=32, decoder_layers=2, decoder_heads=2)
+                       decoder_width=32, decoder_layers=2, decoder_heads=2, decoder_pooled=pooled)
+    assert (policy.decoder.condition is not None) == pooled
     obs = obs_batch()
     act = policy.act(obs)
     bins = act.extras["tokens"]

@@ -202,8 +202,8 @@ def test_the_fewshot_configs_put_a_new_expert_on_the_flow_sft_backbone():
 def test_the_token_fewshot_configs_put_an_action_token_decoder_on_the_same_frozen_backbone():
     """`bench/vla.py --families token_vla_fewshot`: the token VLA in the flow few-shot recipe. Its backbone
     settings equal the flow SFT's (so `policy.init_modules: [backbone]` loads it, the vocabulary included:
-    both reserve 256 action ids), and the decoder, with its own 32 bins, is the actor, PPO clipping one ratio per
-    token and GRPO crediting each step with its return to go."""
+    both reserve 256 action ids), and the decoder, with its own 32 bins and the pooled prefix at every token, is
+    the actor, PPO clipping one ratio per token and GRPO crediting each step with its return to go."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("bench_vla", ROOT / "bench/vla.py")
     bench = importlib.util.module_from_spec(spec)
@@ -215,6 +215,7 @@ def test_the_token_fewshot_configs_put_an_action_token_decoder_on_the_same_froze
     assert sft.policy.init_modules == ["backbone"] and bench.pretraining_stage(sft.policy.init) == "sft_flow_vla"
     assert sft.policy.vla == vla.policy.vla.__class__(**{**vars(vla.policy.vla), "finetune": "frozen",
                                                         "action_head": "decoder", "detach_value": True, "bins": 32,
+                                                        "decoder_pooled": True,
                                                         "expert_hidden": sft.policy.vla.expert_hidden})  # flow only
     assert sft.policy.vla.action_tokens == vla.policy.vla.action_tokens == 256
     assert sft.env == flow.env and sft.bc.max_episodes == 60  # from 15 the decoder overfit

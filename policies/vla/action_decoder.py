@@ -8,7 +8,8 @@ epochs skip the backbone).
 
 `forward` is the teacher-forced pass (training, log-probs); `generate` decodes one token at a time on a
 key/value cache with the same weights: each step runs the new token alone and the prefix's cross-attention
-keys and values are projected once per decision, not once per token."""
+keys and values are projected once per decision, not once per token. With `pooled` every token's input also
+carries a projection of the pooled prefix (the last token ⊕ the mean, what the flow expert reads)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -17,17 +18,23 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from policies.vla.backbone import VLABackbone
+
 
 class ActionTokenDecoder(nn.Module):
     """Logits over `bins` for each of `num_tokens` action tokens, position t given the bins before it."""
 
-    def __init__(self, memory_width: int, bins: int, num_tokens: int, width: int, layers: int, heads: int) -> None:
+    def __init__(self, memory_width: int, bins: int, num_tokens: int, width: int, layers: int, heads: int,
+                 pooled: bool = False) -> None:
         super().__init__()
         self.start = bins  # the id of the start token, after the bins
         self.heads = heads
         self.memory = nn.Sequential(nn.LayerNorm(memory_width), nn.Linear(memory_width, width))
         self.embed = nn.Embedding(bins + 1, width)
         self.position = nn.Parameter(torch.randn(num_tokens, width) * 0.02)
+        # the flow expert's condition (the last prefix token ⊕ the prefix mean), added to every token's input
+        self.condition = (nn.Sequential(nn.LayerNorm(2 * memory_width), nn.Linear(2 * memory_width, width))
+                          if pooled else None)
         layer = nn.TransformerDecoderLayer(width, heads, 4 * width, dropout=0.0, activation="gelu",
                                            batch_first=True, norm_first=True)
         self.layers = nn.TransformerDecoder(layer, layers, norm=nn.LayerNorm(width))
@@ -38,7 +45,7 @@ class ActionTokenDecoder(nn.Module):
         Returns float32 logits N×(t+1)×bins: of token 0 given none, …, of token t given all of `previous`."""
         n, t = previous.shape
         tokens = torch.cat([previous.new_full((n, 1), self.start), previous], 1)
-        x = self.embed(tokens) + self.position[:t + 1]
+        x = self.embed(tokens) + self.position[:t + 1] + self._condition(hidden, mask)[:, None]
         causal = nn.Transformer.generate_square_subsequent_mask(t + 1, device=x.device, dtype=x.dtype)
         y = self.layers(x, self.memory(hidden.float()), tgt_mask=causal, tgt_is_causal=True,
                         memory_key_padding_mask=mask == 0)
@@ -57,9 +64,10 @@ class ActionTokenDecoder(nn.Module):
                  for layer in self.layers.layers]
         cache: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(cross)
         token = hidden.new_full((n,), self.start, dtype=torch.long)
+        condition = self._condition(hidden, mask)
         bins = []
         for t in range(len(self.position)):  # one learned position per action token
-            x = (self.embed(token) + self.position[t])[:, None]
+            x = (self.embed(token) + self.position[t] + condition)[:, None]
             for i, layer in enumerate(self.layers.layers):
                 q, k, v = self._heads(F.linear(layer.norm1(x), layer.self_attn.in_proj_weight,
                                                layer.self_attn.in_proj_bias), 3)
@@ -74,6 +82,12 @@ class ActionTokenDecoder(nn.Module):
             token = pick(self.out(self.layers.norm(x))[:, 0].float())
             bins.append(token)
         return torch.stack(bins, 1)
+
+    def _condition(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """N×W from the pooled prefix, or zeros without `pooled`."""
+        if self.condition is None:
+            return hidden.new_zeros(hidden.shape[0], self.out.in_features, dtype=torch.float32)
+        return self.condition(VLABackbone.pooled(hidden, mask))
 
     @staticmethod
     def _projection(attention: nn.MultiheadAttention, first: int, last: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -50,6 +50,7 @@ class VLASpec:
     decoder_width: int = 128
     decoder_layers: int = 2
     decoder_heads: int = 4
+    decoder_pooled: bool = False  # the decoder also reads the flow expert's pooled features at every token
     ratio: str = "action"  # PPO/GRPO ratio per executed action (its tokens' product) | per token (RLinf's token level)
     # flow VLA: the action expert (a policies/denoisers network conditioned on pooled backbone features)
     expert: str = "mlp"  # mlp | unet

@@ -43,7 +43,8 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
         self.decoder = None
         if spec.action_head == "decoder":
             self.decoder = ActionTokenDecoder(self.backbone.hidden_size, spec.bins, self.num_tokens,
-                                              spec.decoder_width, spec.decoder_layers, spec.decoder_heads)
+                                              spec.decoder_width, spec.decoder_layers, spec.decoder_heads,
+                                              spec.decoder_pooled)
         elif spec.bins >= self.backbone.vocab_size:
             raise ValueError(f"policy.vla.bins ({spec.bins}) must be smaller than the vocabulary "
                              f"({self.backbone.vocab_size})")

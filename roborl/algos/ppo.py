@@ -142,6 +142,7 @@ class PPO:
             if stop:
                 break
         out = {k: sum(v) / max(len(v), 1) for k, v in stats.items()}
+        out["minibatches"] = len(stats["policy_loss"])  # of epochs × minibatches: fewer once target_kl stops it
         out["lr"] = self.lr
         if "cost_advantages" in data:
             out["lagrange_multiplier"] = self.lagrange
