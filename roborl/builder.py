@@ -293,7 +293,8 @@ def load_pretrained(policy: nn.Module, path: str, modules: list[str] | tuple[str
                and (not prefixes or k.startswith(prefixes))]
     if missing or unexpected:
         raise UserError(f"policy.init '{path}' does not fit this policy (missing {missing[:3]}, unexpected "
-                        f"{unexpected[:3]}); give policy the same kind, horizon, denoiser and hidden sizes as the BC run")
+                        f"{unexpected[:3]}); give policy the same kind, horizon, denoiser, hidden sizes and "
+                        f"policy.vla settings as the BC run")
     if hasattr(policy, "start_finetuning"):
         policy.start_finetuning()
 
