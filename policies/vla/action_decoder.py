@@ -45,7 +45,7 @@ class ActionTokenDecoder(nn.Module):
         Returns float32 logits N×(t+1)×bins: of token 0 given none, …, of token t given all of `previous`."""
         n, t = previous.shape
         tokens = torch.cat([previous.new_full((n, 1), self.start), previous], 1)
-        x = self.embed(tokens) + self.position[:t + 1] + self._condition(hidden, mask)[:, None]
+        x = self.embed(tokens) + self._positions(hidden, mask)[..., :t + 1, :]
         causal = nn.Transformer.generate_square_subsequent_mask(t + 1, device=x.device, dtype=x.dtype)
         y = self.layers(x, self.memory(hidden.float()), tgt_mask=causal, tgt_is_causal=True,
                         memory_key_padding_mask=mask == 0)
@@ -64,10 +64,10 @@ class ActionTokenDecoder(nn.Module):
                  for layer in self.layers.layers]
         cache: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(cross)
         token = hidden.new_full((n,), self.start, dtype=torch.long)
-        condition = self._condition(hidden, mask)
+        positions = self._positions(hidden, mask)
         bins = []
         for t in range(len(self.position)):  # one learned position per action token
-            x = (self.embed(token) + self.position[t] + condition)[:, None]
+            x = (self.embed(token) + positions[..., t, :])[:, None]
             for i, layer in enumerate(self.layers.layers):
                 q, k, v = self._heads(F.linear(layer.norm1(x), layer.self_attn.in_proj_weight,
                                                layer.self_attn.in_proj_bias), 3)
@@ -83,11 +83,12 @@ class ActionTokenDecoder(nn.Module):
             bins.append(token)
         return torch.stack(bins, 1)
 
-    def _condition(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """N×W from the pooled prefix, or zeros without `pooled`."""
+    def _positions(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """What every action token's input adds to its bin's embedding: the learned positions T×W, plus,
+        with `pooled`, the projected pooled prefix (N×T×W)."""
         if self.condition is None:
-            return hidden.new_zeros(hidden.shape[0], self.out.in_features, dtype=torch.float32)
-        return self.condition(VLABackbone.pooled(hidden, mask))
+            return self.position
+        return self.position + self.condition(VLABackbone.pooled(hidden, mask))[:, None]
 
     @staticmethod
     def _projection(attention: nn.MultiheadAttention, first: int, last: int) -> tuple[torch.Tensor, torch.Tensor]:
