@@ -22,7 +22,8 @@ Usage: python bench/vla.py [--run-dir runs/vla] [--episodes 50]
 On 2 CPU cores, one VLA family per bench (two benches side by side): demos (900 episodes) ≈ 3 min, SFT ≈ 4
 min, each RL run 15–25 min (its config's train.max_minutes or total_steps), each per-task evaluation (150
 episodes) ≈ 1 min. flow_vla_fewshot: its SFT ≈ 2 min after sft_flow_vla's (token_vla_fewshot: ≈ 5 min),
-each RL run ≈ 40 min (1.2M steps). flow_state: demos ≈ 10 s, SFT ≈ 30 s, each RL run 10 min.
+each RL run 50–100 min (2.4M steps; the token runs take longest). flow_state: demos ≈ 10 s, SFT ≈ 30 s,
+each RL run 10 min.
 """
 from __future__ import annotations
 
