@@ -1,10 +1,12 @@
 """Scale-out, all measured in one run: PPO training steps/s (collect + update, end to end) on Push with
 the envs in the learner's process, in 1 or 2 Ray env workers (synchronous, asynchronous, learner-side
 inference), each with and without torch.compile. With a CUDA device it adds the GPU-batched MuJoCo
-backend (mujoco-warp) at 1024 and 4096 envs, end to end and against the raw simulator.
+backend (mujoco-warp) at 1024 and 4096 envs, end to end and against the raw simulator, and at 4096 envs
+with the rollout's inference compiled and replayed as CUDA graphs. `--gpu-only` measures the in-process
+row and the GPU rows alone (no Ray needed).
 
 Prints a markdown table; ratios are to the first row (in-process, no compile), measured in this run.
-Usage: python bench/scale.py [--envs 64] [--iterations 8] [--out runs/scale]
+Usage: python bench/scale.py [--envs 64] [--iterations 8] [--out runs/scale] [--gpu-only]
 """
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import ray
 import torch
 
 from roborl.config import load_config
@@ -80,9 +81,13 @@ def gpu_rows(iterations: int) -> list[tuple[str, dict[str, float]]]:
                 step()
             torch.cuda.synchronize()
             rows.append((f"{label}, {n} envs (GPU)", {"sps": 50 * n / (time.perf_counter() - t)}))
+            print(f"{rows[-1][0]}: {rows[-1][1]['sps']:.0f} steps/s", flush=True)
         env.close()
-        rows.append((f"PPO end to end, mujoco-warp, {n} envs (GPU)",
-                     training_rate([f"env.num_envs={n}", "env.backend=warp", "train.device=cuda"], iterations, 2)))
+        ppo = [f"env.num_envs={n}", "env.backend=warp", "train.device=cuda"]
+        rows.append((f"PPO end to end, mujoco-warp, {n} envs (GPU)", training_rate(ppo, iterations, 2)))
+        print(f"{rows[-1][0]}: {rows[-1][1]['sps']:.0f} steps/s", flush=True)
+    rows.append(("PPO end to end, mujoco-warp, 4096 envs, compiled + CUDA graphs (GPU)",
+                 training_rate([*ppo, "resources.compile=true", "resources.cuda_graphs=true"], iterations, 3)))
     return rows
 
 
@@ -91,23 +96,32 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=64)
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--out", default=str(ROOT / "runs" / "scale"))
+    parser.add_argument("--gpu-only", action="store_true", help="the in-process row and the GPU rows alone")
     args = parser.parse_args()
-    ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray = None
+    if not args.gpu_only:
+        import ray
+
+        ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     rows = []
     for compiled in (False, True):
         for name, overrides in SETUPS.items():
+            if args.gpu_only and (compiled or overrides):
+                continue
             extra = [f"env.num_envs={args.envs}", f"resources.compile={str(compiled).lower()}"]
             label = f"{name}{', compiled' if compiled else ''}"
             rate = training_rate(overrides + extra, args.iterations, warmup=3 if compiled else 1)
             rows.append((label, rate))
             print(f"{label}: {rate['sps']:.0f} steps/s", flush=True)
+    if ray is not None:
+        ray.shutdown()
     if torch.cuda.is_available():
         rows += gpu_rows(args.iterations)
     else:
         print("no CUDA device: the GPU rows (mujoco-warp at 1024 and 4096 envs) need one")
-    ray.shutdown()
     base = rows[0][1]["sps"]
-    lines = [f"PPO on mujoco/Push, {args.envs} envs, {os.cpu_count()} CPU cores, Ray {ray.__version__}", "",
+    lines = [f"PPO on mujoco/Push, {args.envs} envs, {os.cpu_count()} CPU cores"
+             f"{f', Ray {ray.__version__}' if ray else ''}", "",
              "| setup | train steps/s | collect steps/s | vs in-process |", "|---|---|---|---|"]
     for label, rate in rows:
         collect = f"{rate['collect_sps']:.0f}" if "collect_sps" in rate else "-"

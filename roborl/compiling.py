@@ -29,13 +29,17 @@ def maybe_compile(fn: F, enabled: bool, backend: str | Callable = "inductor", cu
     """`fn` compiled with torch.compile where `enabled` (else `fn` itself). Random ops draw from torch's
     own generator as in eager mode (inductor's `fallback_random`), so a seeded run samples the same noise.
     `cuda_graphs` replays the compiled kernels as CUDA graphs: only for functions whose input shapes stay
-    fixed and whose outputs are copied before the next call (rollout inference into the buffer)."""
+    fixed and whose outputs are copied before the next call (rollout inference into the buffer). Eager
+    random ops cannot be captured in a graph (CUDA refuses them while a stream captures), so with
+    `cuda_graphs` inductor draws the noise itself: seeded, but not the noise an eager run draws."""
     if not enabled:
         return fn
     from torch._dynamo.exc import TorchDynamoException  # seconds to import: only when compiling
 
     try:
-        options = {"fallback_random": True, "triton.cudagraphs": cuda_graphs} if backend == "inductor" else None
+        options = None
+        if backend == "inductor":
+            options = {"fallback_random": not cuda_graphs, "triton.cudagraphs": cuda_graphs}
         compiled = torch.compile(fn, backend=backend, options=options)
     except RuntimeError as exc:  # torch.compile itself refuses this platform
         _fall_back(exc)
