@@ -61,6 +61,12 @@ def training_rate(overrides: list[str], iterations: int, warmup: int) -> dict[st
         return {"sps": steps / seconds, "collect_sps": float(np.median(collect))}
 
 
+def add_row(rows: list[tuple[str, dict[str, float]]], label: str, rate: dict[str, float]) -> None:
+    """Append a measured row and print it at once, so a run cut short still shows what it measured."""
+    rows.append((label, rate))
+    print(f"{label}: {rate['sps']:.0f} steps/s", flush=True)
+
+
 def gpu_rows(iterations: int) -> list[tuple[str, dict[str, float]]]:
     """mujoco-warp on CUDA at 1024 and 4096 envs: our VecEnv and PPO end to end against raw warp steps."""
     import sim
@@ -80,14 +86,12 @@ def gpu_rows(iterations: int) -> list[tuple[str, dict[str, float]]]:
             for _ in range(50):
                 step()
             torch.cuda.synchronize()
-            rows.append((f"{label}, {n} envs (GPU)", {"sps": 50 * n / (time.perf_counter() - t)}))
-            print(f"{rows[-1][0]}: {rows[-1][1]['sps']:.0f} steps/s", flush=True)
+            add_row(rows, f"{label}, {n} envs (GPU)", {"sps": 50 * n / (time.perf_counter() - t)})
         env.close()
         ppo = [f"env.num_envs={n}", "env.backend=warp", "train.device=cuda"]
-        rows.append((f"PPO end to end, mujoco-warp, {n} envs (GPU)", training_rate(ppo, iterations, 2)))
-        print(f"{rows[-1][0]}: {rows[-1][1]['sps']:.0f} steps/s", flush=True)
-    rows.append(("PPO end to end, mujoco-warp, 4096 envs, compiled + CUDA graphs (GPU)",
-                 training_rate([*ppo, "resources.compile=true", "resources.cuda_graphs=true"], iterations, 3)))
+        add_row(rows, f"PPO end to end, mujoco-warp, {n} envs (GPU)", training_rate(ppo, iterations, 2))
+    add_row(rows, "PPO end to end, mujoco-warp, 4096 envs, compiled + CUDA graphs (GPU)",
+            training_rate([*ppo, "resources.compile=true", "resources.cuda_graphs=true"], iterations, 3))
     return rows
 
 
@@ -110,9 +114,7 @@ def main() -> None:
                 continue
             extra = [f"env.num_envs={args.envs}", f"resources.compile={str(compiled).lower()}"]
             label = f"{name}{', compiled' if compiled else ''}"
-            rate = training_rate(overrides + extra, args.iterations, warmup=3 if compiled else 1)
-            rows.append((label, rate))
-            print(f"{label}: {rate['sps']:.0f} steps/s", flush=True)
+            add_row(rows, label, training_rate(overrides + extra, args.iterations, warmup=3 if compiled else 1))
     if ray is not None:
         ray.shutdown()
     if torch.cuda.is_available():
