@@ -80,7 +80,7 @@ class FlowPolicy(GenerativePolicy):
     # ---- the Policy interface -------------------------------------------------------------------
     def act(self, obs: dict, deterministic: bool = False) -> Act:
         cond = self.cond(obs)
-        value = self.critic(cond).squeeze(-1)
+        value = self.critic_value(cond, obs)
         x0 = self.initial_noise(cond.shape[0], cond.device, deterministic)
         if deterministic or self.rl_mode is None:
             x = self.sample_ode(cond, x0)
@@ -93,4 +93,4 @@ class FlowPolicy(GenerativePolicy):
             raise ValueError("a flow policy needs policy.rl_mode (flow_noise, flow_sde or fpo) to be fine-tuned by PPO")
         cond = self.cond(obs)
         log_prob, entropy = getattr(flow_rl, f"log_prob_{self.rl_mode}")(self, cond, act.extras)
-        return log_prob, entropy, self.critic(cond).squeeze(-1)
+        return log_prob, entropy, self.critic_value(cond, obs)

@@ -50,7 +50,11 @@ class GenerativePolicy(nn.Module):
             self.normalizer.update(obs["state"])
 
     def value(self, obs: dict) -> torch.Tensor:
-        return self.critic(self.cond(obs)).squeeze(-1)
+        return self.critic_value(self.cond(obs), obs)
+
+    def critic_value(self, cond: torch.Tensor, obs: dict) -> torch.Tensor:
+        """V from the condition (a VLA's critic also reads privileged observations)."""
+        return self.critic(cond).squeeze(-1)
 
     # ---- fine-tuning ----------------------------------------------------------------------------
     def start_finetuning(self) -> None:

@@ -47,6 +47,10 @@ def make_env(cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> 
                        render_size=tuple(cfg.render_size), backend=cfg.backend)
         if cfg.randomize.enabled:
             options["randomization"] = cfg.randomize
+        if cfg.critic_state:
+            options["critic_state"] = True
+    elif cfg.critic_state:
+        raise UserError(f"env.critic_state works on the embedded mujoco/ tasks with privileged state, not {cfg.id}")
     elif cfg.randomize.enabled:
         raise UserError(f"env.randomize works on the embedded mujoco/ tasks, not {cfg.id}")
     elif cfg.backend != "mujoco":
@@ -209,6 +213,9 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
     obs_dim, action_dim = spaces["state"].shape[0], env.action_dim
     if cfg.kind not in POLICY_KINDS:
         raise UserError(f"policy.kind '{cfg.kind}' is unknown; available: {', '.join(POLICY_KINDS)}")
+    if "critic_state" in spaces and cfg.kind not in VLA_KINDS:
+        raise UserError(f"env.critic_state is read by the VLA value heads only (policy.kind token_vla or "
+                        f"flow_vla), not by {cfg.kind}; set env.critic_state false")
     if cfg.kind == "residual":
         if "base_action" not in spaces:
             raise UserError("policy.kind residual needs an env with a base (residual.base)")
@@ -255,15 +262,18 @@ def make_vla_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int) -> nn.Modu
         from policies.vla.token_vla import TokenVLAPolicy
     except ImportError as exc:
         raise UserError(f"policy.kind {cfg.kind} needs the vla extra: pip install -e '.[vla]' ({exc})") from exc
-    state_dim, action_dim = env.observation_space.spaces["state"].shape[0], env.action_dim
+    spaces = env.observation_space.spaces
+    state_dim, action_dim = spaces["state"].shape[0], env.action_dim
+    critic_state_dim = spaces["critic_state"].shape[0] if "critic_state" in spaces else 0
     try:
         if cfg.kind == "token_vla":
             if cfg.rl_mode is not None:
                 raise ValueError("policy.rl_mode does not apply to token_vla (its log-prob is the action tokens')")
-            return TokenVLAPolicy(cfg.vla, state_dim, action_dim, cfg.horizon, execute)
+            return TokenVLAPolicy(cfg.vla, state_dim, action_dim, cfg.horizon, execute, critic_state_dim)
         return FlowVLAPolicy(cfg.vla, state_dim, action_dim, cfg.horizon, execute, steps=cfg.steps,
                              rl_mode=cfg.rl_mode, noise_min=cfg.flow_noise.min_std, noise_max=cfg.flow_noise.max_std,
-                             noise_level=cfg.flow_sde.noise_level, fpo_samples=cfg.fpo.samples)
+                             noise_level=cfg.flow_sde.noise_level, fpo_samples=cfg.fpo.samples,
+                             critic_state_dim=critic_state_dim)
     except (ValueError, OSError) as exc:  # bad settings, a checkpoint directory that is missing or incomplete
         raise UserError(str(exc)) from exc
 
@@ -285,12 +295,16 @@ def load_pretrained(policy: nn.Module, path: str, modules: list[str] | tuple[str
             raise UserError(f"policy.init_modules {absent} are not modules of both this policy and '{path}'; "
                             f"this policy has {sorted({k.split('.')[0] for k in own})}")
         state = {k: v for k, v in state.items() if k.startswith(prefixes)}
+    own = policy.state_dict()
+    reread = [k for k, v in state.items() if k.startswith("critic.") and k in own and own[k].shape != v.shape]
+    if reread:  # a critic on other inputs (an asymmetric critic on a BC run's): it starts fresh, PPO warms it up
+        state = {k: v for k, v in state.items() if not k.startswith("critic.")}
     try:
         missing, unexpected = policy.load_state_dict(state, strict=False)
     except RuntimeError as exc:
         raise UserError(f"policy.init '{path}' does not fit this policy: {str(exc).splitlines()[0]}") from exc
-    missing = [k for k in missing if not k.startswith(("reference.", "noise_head."))
-               and (not prefixes or k.startswith(prefixes))]
+    fresh = ("reference.", "noise_head.") + (("critic.",) if reread else ())
+    missing = [k for k in missing if not k.startswith(fresh) and (not prefixes or k.startswith(prefixes))]
     if missing or unexpected:
         raise UserError(f"policy.init '{path}' does not fit this policy (missing {missing[:3]}, unexpected "
                         f"{unexpected[:3]}); give policy the same kind, horizon, denoiser, hidden sizes and "

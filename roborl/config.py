@@ -53,6 +53,9 @@ class EnvConfig:
     backend: str = "mujoco"  # physics of the mujoco/ tasks: mujoco (CPU threads) | warp (MuJoCo Warp, GPU)
     action_chunk: int = 1  # K: one policy decision executes K actions of its chunk (sim/chunking.py)
     obs_history: int = 1  # n: `state` holds the last n states of the episode (sim/history.py)
+    # asymmetric actor-critic: the task's privileged state (objects, goal) as `critic_state`, which a VLA's
+    # value head reads beside the backbone features and the policy never does (embedded mujoco/ tasks that have it)
+    critic_state: bool = False
     # training resets of a multi-task env sample each task in proportion to its weight (unnamed tasks weigh 1),
     # e.g. {push: 2}; evaluation keeps every task equally often
     task_weights: dict[str, float] = field(default_factory=dict)

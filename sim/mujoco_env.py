@@ -56,6 +56,7 @@ class MujocoVecEnv(VecEnv):
         randomization: Randomization | None = None,
         backend: str = "mujoco",
         group_size: int = 1,
+        critic_state: bool = False,
     ) -> None:
         if backend not in BACKENDS:
             raise SimError(f"unknown physics backend '{backend}'; available: {', '.join(BACKENDS)}")
@@ -67,6 +68,7 @@ class MujocoVecEnv(VecEnv):
         if num_envs < 1:
             raise SimError(f"num_envs must be >= 1, got {num_envs}")
         self.group_size = self._check_group_size(group_size, num_envs)
+        self.critic_state = critic_state
         self.model = mujoco.MjModel.from_xml_path(str(model_path))
         self.num_envs = num_envs
         self.device = torch.device(device)
@@ -121,6 +123,8 @@ class MujocoVecEnv(VecEnv):
         self.action_space = gym.spaces.Box(-1.0, 1.0, (self.action_dim_,), np.float32)
         dim = self._state_obs().shape[-1]
         spaces["state"] = gym.spaces.Box(-np.inf, np.inf, (dim,), np.float32)
+        if critic_state:
+            spaces["critic_state"] = gym.spaces.Box(-np.inf, np.inf, (self._critic_state_obs().shape[-1],), np.float32)
         if obs_mode == "rgb":
             h, w = self.render_size
             spaces["rgb"] = gym.spaces.Box(0, 255, (h, w, 3), np.uint8)
@@ -141,6 +145,12 @@ class MujocoVecEnv(VecEnv):
     def _state_obs(self) -> torch.Tensor:
         """The `state` observation, N×D float (CPU)."""
         raise NotImplementedError
+
+    def _critic_state_obs(self) -> torch.Tensor:
+        """The `critic_state` observation (`critic_state=True`): privileged task state (objects, goal) that
+        only a critic reads, N×D float (CPU). An asymmetric actor-critic trains with it in simulation; the
+        policy, which never reads it, deploys without it."""
+        raise SimError(f"{type(self).__name__} has no privileged critic state; set env.critic_state false")
 
     def _evaluate(self) -> dict[str, torch.Tensor]:
         """reward (N), success (N bool), labels (N×P bool), optional terminated (N bool), cost (N) and
@@ -285,6 +295,8 @@ class MujocoVecEnv(VecEnv):
         if self.randomizer is not None:
             state = self.randomizer.noisy(state)
         obs: Obs = {"state": state.float().to(self.device)}
+        if self.critic_state:
+            obs["critic_state"] = self._critic_state_obs().float().to(self.device)
         if self.obs_mode == "rgb" and frames:
             obs["rgb"] = self.render().to(self.device)
         if self.instruction:

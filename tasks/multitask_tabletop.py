@@ -10,7 +10,8 @@ coloured balls). Each env samples a task and an instruction at reset (tasks/lang
 Observations: `rgb` (N×H×W×3 uint8, 64×64 by default), `state` (proprioception only: joints, joint
 velocities, gripper, TCP; the objects are seen only in the image), `instruction` (N strings) and
 `task_id` (N, index into `TASK_NAMES`). `privileged_state=True` appends the objects and the goal to
-`state` (debugging, state-only baselines; the default with `obs_mode="state"`, where there is no image).
+`state` (debugging, state-only baselines; the default with `obs_mode="state"`, where there is no image);
+`critic_state=True` gives them as `critic_state` instead, for an asymmetric critic (the policy never sees them).
 
 Layouts: by default the cubes and balls are placed anywhere in their ranges, so the policy must find them
 in the image. With `layout_jitter=J` (the `mujoco/LangTabletopFixed-*` ids, J = 2 cm) every object has its
@@ -201,11 +202,13 @@ class LangTabletopEnv(CubePushing, ArmEnv):
 
     def _state_obs(self) -> torch.Tensor:
         arm = self._arm_obs()
-        if not self.privileged:
-            return arm
+        return torch.cat([arm, self._critic_state_obs()], -1) if self.privileged else arm
+
+    def _critic_state_obs(self) -> torch.Tensor:
+        """The goal, the instructed cube, the other cube (and their offsets from the gripper) and the task."""
         goal, c = self.goal, self.cube.pos
         onehot = torch.nn.functional.one_hot(self.task_id, len(TASK_NAMES)).double()
-        return torch.cat([arm, goal, goal - self.tcp, c, c - self.tcp, self.other.pos, onehot], -1)
+        return torch.cat([goal, goal - self.tcp, c, c - self.tcp, self.other.pos, onehot], -1)
 
     def _obs(self, frames: bool = True) -> Obs:
         obs = super()._obs(frames)

@@ -32,6 +32,20 @@ def test_privileged_state_is_an_option():
     assert env.reset(seed=0)["state"].shape[1] > ARM_STATE and "rgb" in env.observation_space.spaces
 
 
+def test_critic_state_is_the_privileged_state_kept_out_of_the_policy_state():
+    plain = sim.make("mujoco/LangTabletop", 3, privileged_state=True, episode_length=2)
+    env = sim.make("mujoco/LangTabletop", 3, critic_state=True, episode_length=2)
+    assert env.observation_space["critic_state"].shape == (plain.observation_space["state"].shape[0] - ARM_STATE,)
+    obs, ref = env.reset(seed=4), plain.reset(seed=4)
+    assert obs["state"].shape == (3, ARM_STATE) and torch.equal(obs["critic_state"], ref["state"][:, ARM_STATE:])
+    action = torch.zeros(3, env.action_dim)
+    env.step(action)
+    _, _, _, truncated, info = env.step(action)
+    assert truncated.all() and torch.equal(info["final_obs"]["critic_state"][:, -4:].sum(-1), torch.ones(3))
+    with pytest.raises(sim.SimError, match="ReachEnv has no privileged critic state; set env.critic_state false"):
+        sim.make("mujoco/Reach", 1, critic_state=True)
+
+
 def test_instructions_vary_and_name_the_episode():
     env = sim.make("mujoco/LangTabletop", 64, obs_mode="state")
     obs = env.reset(seed=1)

@@ -233,3 +233,46 @@ def test_the_token_fewshot_configs_put_an_action_token_decoder_on_the_same_froze
         assert (replace(rl.algo, target_kl=same_kind.algo.target_kl), replace(rl.grpo, reward=same_kind.grpo.reward),
                 rl.env.num_envs, rl.train.total_steps) == (same_kind.algo, same_kind.grpo, same_kind.env.num_envs,
                                                            same_kind.train.total_steps)
+
+
+def test_asymmetric_critic_reads_the_privileged_critic_state_and_starts_fresh_on_a_bc_checkpoint(tmp_path):
+    """`env.critic_state=true`: the value head reads the task's privileged state beside the backbone
+    features (the policy does not); a BC checkpoint's value head, built for the features alone, is not
+    loaded into it, and the policy's other weights are. PPO trains with it for both families."""
+    symmetric = config("flow_vla", tmp_path, "policy.rl_mode=flow_noise")
+    cfg = config("flow_vla", tmp_path, "policy.rl_mode=flow_noise", "env.critic_state=true")
+    env = make_env(cfg.env, 2, 0, torch.device("cpu"))
+    torch.manual_seed(0)
+    pretrained = make_policy(symmetric.policy, make_env(symmetric.env, 1, 0, torch.device("cpu")), 2)
+    path = tmp_path / "sft.safetensors"
+    save_checkpoint(path, pretrained, None, {}, {})
+    torch.manual_seed(1)
+    policy = make_policy(cfg.policy, env, cfg.env.action_chunk)
+    fresh = {k: v.clone() for k, v in policy.critic.state_dict().items()}
+    load_pretrained(policy, str(path))
+    theirs = pretrained.state_dict()
+    assert all(torch.equal(v, theirs[k]) for k, v in policy.state_dict().items()
+               if not k.startswith(("reference.", "critic.")))
+    assert all(torch.equal(v, fresh[k]) for k, v in policy.critic.state_dict().items())
+
+    obs = env.reset(seed=0)
+    with torch.no_grad():
+        value = policy.value(obs)
+        moved = policy.value({**obs, "critic_state": obs["critic_state"] + 0.5})
+        blind = policy.act({k: v for k, v in obs.items() if k != "critic_state"}).value
+    assert torch.isfinite(value).all() and not torch.allclose(value, moved)
+    assert torch.isnan(blind).all()  # no privileged state (deployment): no value, and none that looks like one
+    env.close()
+
+    for kind in FAMILIES:
+        rl = ["env.critic_state=true", "train.rollout_steps=10", "train.total_steps=80", "algo.epochs=1",
+              "algo.minibatches=2", "train.eval_every=1", f"train.name=asym_{kind}"]
+        mode = ["policy.rl_mode=flow_noise"] if kind == "flow_vla" else []
+        trainer = make_trainer(config(kind, tmp_path, *rl, *mode))
+        critic = [p.clone() for p in trainer.policy.critic.parameters()]
+        out = trainer.train()
+        assert out["iterations"] == 1 and trainer.policy.critic.critic_state_dim > 0
+        assert all(not torch.equal(a, b) for a, b in zip(critic, trainer.policy.critic.parameters()))
+    with pytest.raises(UserError, match="env.critic_state is read by the VLA value heads only"):
+        make_trainer(config("flow_vla", tmp_path, "env.critic_state=true", "env.obs_mode=state",
+                            "policy.kind=gaussian", "env.action_chunk=1"))

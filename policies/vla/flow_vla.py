@@ -30,7 +30,8 @@ class FlowVLAPolicy(BackbonePolicy, FlowPolicy):
 
     def __init__(self, spec: VLASpec, state_dim: int, action_dim: int, horizon: int = 4, execute: int = 1, *,
                  steps: int = 4, rl_mode: str | None = None, noise_min: float = 0.08, noise_max: float = 0.16,
-                 noise_level: float = 0.5, fpo_samples: int = 8, backbone: VLABackbone | None = None) -> None:
+                 noise_level: float = 0.5, fpo_samples: int = 8, critic_state_dim: int = 0,
+                 backbone: VLABackbone | None = None) -> None:
         backbone = backbone or build_backbone(spec, state_dim)
         readout = None
         if spec.readout == "attention":
@@ -43,10 +44,13 @@ class FlowVLAPolicy(BackbonePolicy, FlowPolicy):
         self.spec = spec
         self.init_args = {"state_dim": state_dim, "action_dim": action_dim, "horizon": horizon, "execute": execute,
                           "steps": steps, "rl_mode": rl_mode, "noise_min": noise_min, "noise_max": noise_max,
-                          "noise_level": noise_level, "fpo_samples": fpo_samples}
+                          "noise_level": noise_level, "fpo_samples": fpo_samples, "critic_state_dim": critic_state_dim}
         self.backbone = backbone
         self.readout = readout
-        self.critic = ValueHead(cond_dim, list(spec.value_hidden), spec.detach_value)
+        self.critic = ValueHead(cond_dim, list(spec.value_hidden), spec.detach_value, critic_state_dim)
+
+    def critic_value(self, cond: torch.Tensor, obs: dict) -> torch.Tensor:
+        return self.critic(cond, obs)
 
     # ---- the condition: pooled backbone features (⊕ the attention readout) ---------------------------
     def text_ids(self, obs: dict) -> torch.Tensor:

@@ -32,12 +32,13 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
     kind = "token_vla"
 
     def __init__(self, spec: VLASpec, state_dim: int, action_dim: int, horizon: int = 1, execute: int = 1,
-                 backbone: VLABackbone | None = None) -> None:
+                 critic_state_dim: int = 0, backbone: VLABackbone | None = None) -> None:
         super().__init__()
         if not 1 <= execute <= horizon:
             raise ValueError(f"policy.horizon ({horizon}) must be >= env.action_chunk ({execute}) >= 1")
         self.spec = spec
-        self.init_args = {"state_dim": state_dim, "action_dim": action_dim, "horizon": horizon, "execute": execute}
+        self.init_args = {"state_dim": state_dim, "action_dim": action_dim, "horizon": horizon, "execute": execute,
+                          "critic_state_dim": critic_state_dim}
         self.action_dim, self.horizon, self.execute = action_dim, horizon, execute
         self.backbone = backbone or build_backbone(spec, state_dim)
         self.decoder = None
@@ -49,7 +50,7 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
             raise ValueError(f"policy.vla.bins ({spec.bins}) must be smaller than the vocabulary "
                              f"({self.backbone.vocab_size})")
         self.first_action_id = self.backbone.vocab_size - spec.bins
-        self.critic = ValueHead(self.backbone.hidden_size, list(spec.value_hidden), spec.detach_value)
+        self.critic = ValueHead(self.backbone.hidden_size, list(spec.value_hidden), spec.detach_value, critic_state_dim)
         self.register_buffer("centers", torch.linspace(-1, 1, 2 * spec.bins + 1)[1::2].clone())
 
     # ---- actions <-> tokens ---------------------------------------------------------------------
@@ -139,7 +140,7 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
         token_lp = log_probs.gather(-1, bins[..., None]).squeeze(-1)[:, :executed]
         entropy = -(log_probs.exp() * log_probs).sum(-1)[:, :executed]
         log_prob = token_lp if self.spec.ratio == "token" else token_lp.sum(-1)
-        return log_prob, entropy.sum(-1), self.critic(features).squeeze(-1)
+        return log_prob, entropy.sum(-1), self.critic(features, obs)
 
     # ---- the Policy interface -------------------------------------------------------------------
     def act(self, obs: dict, deterministic: bool = False) -> Act:
@@ -157,7 +158,7 @@ class TokenVLAPolicy(BackbonePolicy, nn.Module):
 
     def value(self, obs: dict) -> torch.Tensor:
         hidden, _ = self.backbone.hidden_states(obs, self.text_ids(obs))
-        return self.critic(hidden[:, -1].float()).squeeze(-1)
+        return self.critic(hidden[:, -1].float(), obs)
 
     def bc_loss(self, obs: dict, actions: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of the demonstrated actions' bins under teacher forcing (temperature 1)."""
