@@ -7,7 +7,8 @@ bootstrapped advantages no reason to prefer the named side over another.
 
 Prints, per probed decision: the mean over states of V(own) − V(other directions) and of
 r(own) − r(other directions), and the mean over states of the correlation, across the four directions,
-between V and r.
+between V and r. An asymmetric critic (`env.critic_state`) also gets that direction's goal in its
+privileged `critic_state`.
 
 Usage: python bench/vla_critic_directions.py CHECKPOINT [--episodes 100] [--at 0 5 10 15 20]   (≈ 1 min)
 """
@@ -37,10 +38,12 @@ def scores(policy: torch.nn.Module, sim, obs: dict) -> tuple[torch.Tensor, torch
     own = sim.direction.clone()
     values, rewards = [], []
     for d in range(len(DIRECTIONS)):
-        text = [with_direction(t, int(o), d) for t, o in zip(obs["instruction"], own)]
-        values.append(policy.value({**obs, "instruction": text}).double())
         sim.direction[:] = d
         sim._goal_cache = None
+        swapped = {**obs, "instruction": [with_direction(t, int(o), d) for t, o in zip(obs["instruction"], own)]}
+        if "critic_state" in obs:  # an asymmetric critic reads the goal of that direction as well
+            swapped["critic_state"] = sim._critic_state_obs().float()
+        values.append(policy.value(swapped).double())
         rewards.append(sim._evaluate()["reward"].double())
     sim.direction[:] = own
     sim._goal_cache = None
