@@ -280,7 +280,8 @@ def make_vla_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int) -> nn.Modu
 
 def load_pretrained(policy: nn.Module, path: str, modules: list[str] | tuple[str, ...] = ()) -> None:
     """Start from another run's weights (e.g. a BC checkpoint): every tensor of that checkpoint must fit;
-    modules the RL mode adds (a noise head) keep their initialization; the frozen reference is the loaded net.
+    modules the RL mode adds (a noise head) and a value head built for other inputs (an asymmetric critic on
+    a BC run's) keep their initialization; the frozen reference is the loaded net.
     `modules` (`policy.init_modules`, dotted names such as `backbone.vision`) takes only those submodules
     and leaves the rest as built, as pi0 starts a new action expert on a pretrained backbone."""
     from roborl.checkpoint import Checkpoint
@@ -288,22 +289,21 @@ def load_pretrained(policy: nn.Module, path: str, modules: list[str] | tuple[str
     ckpt = Checkpoint(path)
     state = {k: v for k, v in ckpt.policy_state.items() if not k.startswith("reference.")}
     prefixes = tuple(f"{m}." for m in modules)
+    own = policy.state_dict()
     if prefixes:
-        own = list(policy.state_dict())
         absent = [m for m in modules if not all(any(k.startswith(f"{m}.") for k in keys) for keys in (own, state))]
         if absent:
             raise UserError(f"policy.init_modules {absent} are not modules of both this policy and '{path}'; "
                             f"this policy has {sorted({k.split('.')[0] for k in own})}")
         state = {k: v for k, v in state.items() if k.startswith(prefixes)}
-    own = policy.state_dict()
-    reread = [k for k, v in state.items() if k.startswith("critic.") and k in own and own[k].shape != v.shape]
-    if reread:  # a critic on other inputs (an asymmetric critic on a BC run's): it starts fresh, PPO warms it up
+    critic_differs = any(k.startswith("critic.") and k in own and own[k].shape != v.shape for k, v in state.items())
+    if critic_differs:  # PPO's critic warm-up trains the fresh one
         state = {k: v for k, v in state.items() if not k.startswith("critic.")}
     try:
         missing, unexpected = policy.load_state_dict(state, strict=False)
     except RuntimeError as exc:
         raise UserError(f"policy.init '{path}' does not fit this policy: {str(exc).splitlines()[0]}") from exc
-    fresh = ("reference.", "noise_head.") + (("critic.",) if reread else ())
+    fresh = ("reference.", "noise_head.") + (("critic.",) if critic_differs else ())
     missing = [k for k in missing if not k.startswith(fresh) and (not prefixes or k.startswith(prefixes))]
     if missing or unexpected:
         raise UserError(f"policy.init '{path}' does not fit this policy (missing {missing[:3]}, unexpected "
