@@ -136,6 +136,7 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     clip_value_loss: bool = True
     norm_adv: bool = True
+    norm_adv_by_task: bool = False  # standardize each task's advantages over the rollout (obs["task_id"]), not the minibatch's
     target_kl: float | None = None  # stop the epochs early once the approximate KL exceeds this
     adaptive_lr: bool = False  # rsl_rl's schedule: lr ÷1.5 when KL > 2·desired_kl, ×1.5 when < ½·desired_kl
     desired_kl: float = 0.01
@@ -304,6 +305,9 @@ class Config:
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
 
     def __post_init__(self) -> None:
+        if self.algo.norm_adv_by_task and (self.train.algorithm != "ppo" or not self.algo.norm_adv):
+            raise UserError("algo.norm_adv_by_task standardizes PPO's advantages per task: it needs "
+                            "train.algorithm ppo and algo.norm_adv true")
         workers = self.resources.env_workers
         if workers:
             if self.env.num_envs % workers:

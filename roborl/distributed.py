@@ -64,6 +64,13 @@ class DistributedPPO(PPO):
         std = (self.mean((adv - mean).square()) * n / (n - 1)).sqrt()  # unbiased, as Tensor.std
         return (adv - mean) / (std + 1e-8)
 
+    def reduce(self, x: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        if op == "sum":
+            return all_sum(x)
+        x = x.clone()
+        dist.all_reduce(x, op=dist.ReduceOp.MAX)
+        return x
+
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
         average_gradients(self.params)

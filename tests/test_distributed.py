@@ -59,13 +59,21 @@ def learner(rank: int, port: int) -> None:
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
         alone = gradients(PPO(copy.deepcopy(policy), cfg), take(data, torch.arange(16 * rank, 16 * (rank + 1))))
         assert not all(torch.allclose(a, b, atol=1e-4) for a, b in zip(alone, single))
+        task = torch.arange(32) % 3  # the halves hold the tasks in other proportions
+        half = torch.arange(16 * rank, 16 * (rank + 1))
+        by_task, std = PPO(policy, cfg).normalize_advantages_by_task(data["advantages"], task)
+        shared_by_task, shared_std = DistributedPPO(policy, cfg).normalize_advantages_by_task(data["advantages"][half],
+                                                                                             task[half])
+        torch.testing.assert_close(shared_by_task, by_task[half])
+        torch.testing.assert_close(shared_std, std)
     finally:
         dist.destroy_process_group()
 
 
 def test_two_learners_average_to_the_gradient_of_the_whole_batch():
     """Each learner's PPO loss on its half, all-reduced, is the single-process gradient of the full
-    batch (advantages normalized over both halves); one half alone is not."""
+    batch (advantages normalized over both halves); one half alone is not. Per-task advantage statistics
+    (algo.norm_adv_by_task) are taken over both halves too."""
     mp.start_processes(learner, (free_port(),), nprocs=2, start_method="spawn")
 
 

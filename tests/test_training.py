@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 from safetensors import safe_open
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -14,6 +15,7 @@ from helpers import ROOT, roborl
 import roborl.trainer as trainer_module
 from roborl.checkpoint import Checkpoint, save_checkpoint
 from roborl.config import load_config
+from roborl.errors import UserError
 from roborl.evaluate import load_for_eval
 from roborl.trainer import Trainer
 from tasks.language import TASK_NAMES
@@ -172,3 +174,34 @@ def test_task_weights_shape_training_episodes_but_not_evaluation(tmp_path):
     assert Checkpoint(path).config["env"]["task_weights"] == {"reach": 0.0, "lift": 0.0}
     env, _ = load_for_eval(Checkpoint(path), 4, torch.device("cpu"), env_id="mujoco/LangTabletopFixed-Reach")
     assert set(env.reset(seed=0)["task_id"].tolist()) == {TASK_NAMES.index("reach")}  # per-task evals too
+
+
+def test_norm_adv_by_task_gives_every_task_unit_advantages(tmp_path):
+    """On LangTabletop the tasks' GAE advantages differ in scale; `algo.norm_adv_by_task` standardizes
+    each task's over the rollout, logs each task's std, and trains. A single-task env is refused."""
+    cfg = load_config(REACH, [f"train.run_dir={tmp_path}", "train.name=by_task", "train.video=false",
+                              "env.id=mujoco/LangTabletopFixed-ReachPushLift", "env.obs_mode=state", "env.num_envs=24",
+                              "env.episode_length=30", "train.rollout_steps=30", "algo.norm_adv_by_task=true",
+                              "train.progress=false"])
+    trainer = Trainer(cfg)
+    trainer.obs, trainer.episodes, trainer.train_violations = trainer.env.reset(seed=0), {}, 0
+    buffer = trainer.collect_rollout()
+    task, adv = buffer.obs["task_id"].flatten(), buffer.advantages.flatten()
+    raw_std = torch.stack([adv[task == k].std() for k in range(3)])
+    assert raw_std.max() > 1.5 * raw_std.min()  # the scales one batch-wide std would mix
+    normalized, std = trainer.algo.normalize_advantages_by_task(adv, task)
+    torch.testing.assert_close(std, raw_std)
+    for k in range(3):
+        assert abs(float(normalized[task == k].mean())) < 1e-5 and abs(float(normalized[task == k].std()) - 1) < 1e-5
+    before = [p.detach().clone() for p in trainer.policy.parameters()]
+    stats = trainer.algo.update(buffer, torch.Generator().manual_seed(0))
+    assert [stats[f"adv_std/task{k}"] for k in range(3)] == pytest.approx(raw_std.tolist(), rel=1e-5)
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.policy.parameters()))
+    reach = Trainer(load_config(REACH, [f"train.run_dir={tmp_path}", "train.name=reach", "train.video=false",
+                                        "env.num_envs=4", "algo.norm_adv_by_task=true", "train.progress=false"]))
+    reach.obs, reach.episodes, reach.train_violations = reach.env.reset(seed=0), {}, 0
+    with pytest.raises(UserError, match=r"algo.norm_adv_by_task needs a multi-task env that gives obs\['task_id'\]"):
+        reach.algo.update(reach.collect_rollout())
+    with pytest.raises(UserError, match="algo.norm_adv_by_task standardizes PPO's advantages per task: it needs "
+                                        "train.algorithm ppo"):
+        load_config(REACH, ["algo.norm_adv_by_task=true", "train.algorithm=grpo"])

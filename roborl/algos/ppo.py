@@ -50,13 +50,31 @@ class PPO:
         adv = adv[:, None].expand_as(log_ratio)
         return (adv * weights.to(adv.device) if weights is not None else adv), clip
 
-    # ---- what learners share: roborl/distributed.py overrides these three for several processes ----
+    # ---- what learners share: roborl/distributed.py overrides these four for several processes ----
     def mean(self, x: torch.Tensor) -> torch.Tensor:
         """The mean of `x` over the whole minibatch."""
         return x.mean()
 
     def normalize_advantages(self, adv: torch.Tensor) -> torch.Tensor:
         return (adv - adv.mean()) / (adv.std() + 1e-8)
+
+    def reduce(self, x: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """`x` summed (op "sum") or maxed ("max") over the learners: `x` itself in one process."""
+        return x
+
+    def normalize_advantages_by_task(self, adv: torch.Tensor, task: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each task's advantages standardized over its own rows of the rollout (every learner's), and each
+        task's std before (NaN for a task id with no rows), for the logs.
+
+        In a multi-task batch the tasks' advantage scales differ (a lift's shaped return varies several
+        times more than a push's), and one batch-wide std lets the widest task take most of the gradient;
+        GRPO's per-group std does not, and this gives PPO the same per-task scale."""
+        k = int(self.reduce(task.max(), "max")) + 1
+        onehot = nn.functional.one_hot(task.long(), k).to(adv.dtype)
+        count, total, squares = self.reduce(torch.stack([onehot.sum(0), adv @ onehot, adv.square() @ onehot]))
+        mean = total / count.clamp(min=1)
+        std = ((squares - count * mean.square()) / (count - 1).clamp(min=1)).clamp(min=0).sqrt()
+        return (adv - mean[task]) / (std[task] + 1e-8), torch.where(count > 0, std, torch.nan)
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
@@ -65,7 +83,7 @@ class PPO:
     def minibatch_loss(self, mb: dict, train_actor: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The PPO loss of a minibatch (rows of `buffer.flat()`, see `take`) and its terms, for the logs."""
         adv = mb["advantages"]
-        if self.cfg.norm_adv:
+        if self.cfg.norm_adv and not self.cfg.norm_adv_by_task:  # by task: once per update, in `update`
             adv = self.normalize_advantages(adv)
         if "cost_advantages" in mb:  # PPO-Lagrangian: maximize A_r − λ·A_c, scaled by 1/(1 + λ)
             cost_adv = mb["cost_advantages"]
@@ -116,6 +134,11 @@ class PPO:
         """One PPO update on the buffer. `train_actor=False` fits only the critic (critic warm-up)."""
         cfg = self.cfg
         data = buffer.flat()
+        if cfg.norm_adv_by_task:
+            if "task_id" not in data["obs"]:
+                raise UserError("algo.norm_adv_by_task needs a multi-task env that gives obs['task_id'] "
+                                "(e.g. mujoco/LangTabletop*, libero/*); set algo.norm_adv_by_task false")
+            data["advantages"], task_std = self.normalize_advantages_by_task(data["advantages"], data["obs"]["task_id"])
         n = data["advantages"].shape[0]
         mb_size = max(1, n // cfg.minibatches)
         stats: dict[str, list[float]] = {k: [] for k in
@@ -144,6 +167,8 @@ class PPO:
         out = {k: sum(v) / max(len(v), 1) for k, v in stats.items()}
         out["minibatches"] = len(stats["policy_loss"])  # of epochs × minibatches: fewer once target_kl stops it
         out["lr"] = self.lr
+        if cfg.norm_adv_by_task:
+            out.update({f"adv_std/task{k}": float(v) for k, v in enumerate(task_std) if not v.isnan()})
         if "cost_advantages" in data:
             out["lagrange_multiplier"] = self.lagrange
         out["explained_variance"] = float(1 - (data["returns"] - data["values"]).var() / (data["returns"].var() + 1e-8))
