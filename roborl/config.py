@@ -136,7 +136,7 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     clip_value_loss: bool = True
     norm_adv: bool = True
-    norm_adv_by_task: bool = False  # standardize each task's advantages over the rollout (obs["task_id"]), not the minibatch's
+    norm_adv_by_task: bool = False  # standardize each task's advantages (obs["task_id"]) over the rollout
     target_kl: float | None = None  # stop the epochs early once the approximate KL exceeds this
     adaptive_lr: bool = False  # rsl_rl's schedule: lr ÷1.5 when KL > 2·desired_kl, ×1.5 when < ½·desired_kl
     desired_kl: float = 0.01

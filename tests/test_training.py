@@ -184,7 +184,7 @@ def test_norm_adv_by_task_gives_every_task_unit_advantages(tmp_path):
                               "env.episode_length=30", "train.rollout_steps=30", "algo.norm_adv_by_task=true",
                               "train.progress=false"])
     trainer = Trainer(cfg)
-    trainer.obs, trainer.episodes, trainer.train_violations = trainer.env.reset(seed=0), {}, 0
+    trainer.obs, trainer.episodes = trainer.env.reset(seed=0), {}
     buffer = trainer.collect_rollout()
     task, adv = buffer.obs["task_id"].flatten(), buffer.advantages.flatten()
     raw_std = torch.stack([adv[task == k].std() for k in range(3)])
@@ -199,7 +199,7 @@ def test_norm_adv_by_task_gives_every_task_unit_advantages(tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.policy.parameters()))
     reach = Trainer(load_config(REACH, [f"train.run_dir={tmp_path}", "train.name=reach", "train.video=false",
                                         "env.num_envs=4", "algo.norm_adv_by_task=true", "train.progress=false"]))
-    reach.obs, reach.episodes, reach.train_violations = reach.env.reset(seed=0), {}, 0
+    reach.obs, reach.episodes = reach.env.reset(seed=0), {}
     with pytest.raises(UserError, match=r"algo.norm_adv_by_task needs a multi-task env that gives obs\['task_id'\]"):
         reach.algo.update(reach.collect_rollout())
     with pytest.raises(UserError, match="algo.norm_adv_by_task standardizes PPO's advantages per task: it needs "
