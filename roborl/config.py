@@ -129,6 +129,7 @@ class PPOConfig:
     gamma: float = 0.8
     gae_lambda: float = 0.9
     clip: float = 0.2
+    clip_high: float | None = None  # the ratio's upper clip range, 1 + clip_high (None: algo.clip); DAPO's clip-higher
     epochs: int = 4
     minibatches: int = 4
     ent_coef: float = 0.0
@@ -150,6 +151,11 @@ class PPOConfig:
     lagrange_ki: float = 0.01  # PID-Lagrangian gains on (episode cost − cost_limit); ki alone = gradient ascent on λ
     lagrange_kp: float = 0.0
     lagrange_kd: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.clip_high is not None and self.clip_high <= 0:
+            raise UserError(f"algo.clip_high must be positive (the ratio's upper bound is 1 + clip_high), got "
+                            f"{self.clip_high}; leave it unset for PPO's symmetric clip")
 
 
 @dataclass

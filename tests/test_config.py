@@ -32,6 +32,7 @@ def test_exponent_floats_without_a_dot_and_nested_sections():
     ("policy.hidden=64", r"'policy.hidden' must be a list of int"),
     ("algo.norm_adv=3", r"'algo.norm_adv' must be bool"),
     ("justtext", r"must look like key=value"),
+    ("algo.clip_high=-0.1", r"algo.clip_high must be positive"),
     ("policy.dppo.finetune=3", r"unknown config key 'policy.dppo.finetune'; did you mean 'finetune_steps'"),
 ])
 def test_bad_keys_and_types_are_named(override, message):

@@ -56,3 +56,21 @@ def test_rgb_policy_trains_one_update():
     assert math.isfinite(stats["policy_loss"]) and math.isfinite(stats["value_loss"])
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.encoder.parameters()))
     env.close()
+
+
+def test_ppo_clip_high_widens_only_the_upper_bound():
+    torch.manual_seed(0)
+    policy = GaussianActorCritic(5, 3, [16], normalize_obs=False)
+    obs = {"state": torch.randn(7, 5)}
+    act = policy.act(obs)
+    ratio = torch.tensor([0.7, 0.79, 0.81, 1.0, 1.19, 1.25, 1.5])
+    mb = {"obs": obs, "actions": act.action, "log_probs": act.log_prob - ratio.log(), "extras": {},
+          "returns": act.value, "values": act.value}
+    for adv, capped in ((torch.ones(7), lambda hi: -ratio.clamp(max=1 + hi)),  # a good action: capped above
+                        (-torch.ones(7), lambda hi: ratio.clamp(min=0.8))):  # a bad one: floored at 1 − clip
+        for clip_high, hi in ((None, 0.2), (0.28, 0.28)):
+            algo = PPO(policy, PPOConfig(clip=0.2, clip_high=clip_high))
+            _, terms = algo.loss(mb, adv, train_actor=True)
+            assert torch.allclose(terms["policy_loss"], capped(hi).mean(), atol=1e-5)
+            outside = ((ratio > 1 + hi) | (ratio < 0.8)).float().mean()
+            assert torch.allclose(terms["clip_frac"], outside)

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from policies.act import Act
-from roborl.algos.ppo import PPO
+from roborl.algos.ppo import PPO, clip_active, clipped_surrogate
 from roborl.config import GRPOConfig, PPOConfig
 
 if TYPE_CHECKING:
@@ -60,16 +60,6 @@ def informative_groups(rewards: torch.Tensor, group_size: int, tol: float = 1e-8
     """Which groups have rewards that differ (bool, one per group): the others give zero advantages."""
     r = rewards.float().view(-1, group_size)
     return (r.max(dim=1).values - r.min(dim=1).values) > tol
-
-
-def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, clip_low: float, clip_high: float) -> torch.Tensor:
-    """The per-row loss max(−A·r, −A·clip(r, 1 − ε_low, 1 + ε_high)) (to minimize)."""
-    return torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip_low, 1 + clip_high))
-
-
-def clip_active(ratio: torch.Tensor, adv: torch.Tensor, clip_low: float, clip_high: float) -> torch.Tensor:
-    """Rows whose gradient the clip removes: the ratio is past the bound the advantage pushes toward."""
-    return ((ratio > 1 + clip_high) & (adv > 0)) | ((ratio < 1 - clip_low) & (adv < 0))
 
 
 class GRPO(PPO):

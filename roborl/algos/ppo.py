@@ -3,7 +3,9 @@
 Sees only `log_prob`, `entropy` and `value` from `policy.evaluate`, so one PPO serves every policy kind.
 `log_prob` is N for most policies; a policy may return N×S (DPPO: one column per fine-tuned denoising
 step; FPO: one per (τ, ε) pair). Each column then gets its own ratio and clip, with the policy's
-optional per-column clip ranges (`ratio_clip`) and advantage weights (`advantage_weights`).
+optional per-column clip ranges (`ratio_clip`) and advantage weights (`advantage_weights`). With
+`algo.clip_high` the ratio is clipped to [1 − ε, 1 + ε_high] (DAPO's clip-higher: a good action's
+probability may grow further per update than a bad one's may shrink); per-column ranges scale by ε_high/ε.
 
 Rows collected by an older policy (asynchronous Ray rollouts) carry `behaviour_weights`: the ratio and
 its clip are then taken against the learner's policy at the start of the update (the proximal policy),
@@ -24,6 +26,18 @@ from roborl.errors import UserError
 def take(data: dict, idx: torch.Tensor) -> dict:
     """The rows `idx` of every tensor in `data` (a `RolloutBuffer.flat()`, nested dicts included)."""
     return {k: take(v, idx) if isinstance(v, dict) else v[idx] for k, v in data.items()}
+
+
+def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, clip_low: float | torch.Tensor,
+                      clip_high: float | torch.Tensor) -> torch.Tensor:
+    """The per-row loss max(−A·r, −A·clip(r, 1 − ε_low, 1 + ε_high)) (to minimize)."""
+    return torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip_low, 1 + clip_high))
+
+
+def clip_active(ratio: torch.Tensor, adv: torch.Tensor, clip_low: float | torch.Tensor,
+                clip_high: float | torch.Tensor) -> torch.Tensor:
+    """Rows whose gradient the clip removes: the ratio is past the bound the advantage pushes toward."""
+    return ((ratio > 1 + clip_high) & (adv > 0)) | ((ratio < 1 - clip_low) & (adv < 0))
 
 
 class PPO:
@@ -101,10 +115,11 @@ class PPO:
         log_ratio = log_prob - mb["log_probs"]
         ratio = log_ratio.exp()
         adv, clip = self.column_terms(log_ratio, adv)
+        clip_high = clip if cfg.clip_high is None else clip * (cfg.clip_high / cfg.clip)
         with torch.no_grad():
             approx_kl = ((ratio - 1) - log_ratio).mean()
-            clip_frac = ((ratio - 1).abs() > clip).float().mean()
-        policy_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - clip, 1 + clip))
+            clip_frac = ((ratio > 1 + clip_high) | (ratio < 1 - clip)).float().mean()
+        policy_loss = clipped_surrogate(ratio, adv, clip, clip_high)
         if "behaviour_weights" in mb:  # rows from an older policy (asynchronous rollouts): decoupled PPO
             w = mb["behaviour_weights"]
             policy_loss = policy_loss * (w if policy_loss.dim() == 1 else w[:, None])
