@@ -314,6 +314,9 @@ class Config:
         if self.algo.norm_adv_by_task and (self.train.algorithm != "ppo" or not self.algo.norm_adv):
             raise UserError("algo.norm_adv_by_task standardizes PPO's advantages per task: it needs "
                             "train.algorithm ppo and algo.norm_adv true")
+        if self.algo.clip_high is not None and self.train.algorithm != "ppo":
+            raise UserError(f"algo.clip_high is PPO's upper clip range; train.algorithm {self.train.algorithm} does not "
+                            "read it (GRPO's range is grpo.clip_low / grpo.clip_high): unset algo.clip_high")
         workers = self.resources.env_workers
         if workers:
             if self.env.num_envs % workers:

@@ -138,6 +138,8 @@ def test_config_and_trainer_choice(tmp_path):
         load_config(None, ["grpo.reward=win"])
     with pytest.raises(UserError, match="grpo.group_size must be at least 2"):
         load_config(None, ["grpo.group_size=1"])
+    with pytest.raises(UserError, match=r"algo.clip_high is PPO's .* grpo.clip_low / grpo.clip_high"):
+        load_config(None, ["train.algorithm=grpo", "algo.clip_high=0.28"])
     with pytest.raises(UserError, match="multiple of grpo.group_size"):
         make_trainer(grpo_cfg(tmp_path, "train.name=a", "env.num_envs=12"))
     with pytest.raises(UserError, match=r"set train.rollout_steps to the episode length \(20\)"):
