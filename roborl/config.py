@@ -130,6 +130,7 @@ class PPOConfig:
     gae_lambda: float = 0.9
     clip: float = 0.2
     clip_high: float | None = None  # the ratio's upper clip range, 1 + clip_high (None: algo.clip); DAPO's clip-higher
+    group_size: int = 1  # G > 1: each iteration starts groups of G envs from one state; advantages centered per group
     epochs: int = 4
     minibatches: int = 4
     ent_coef: float = 0.0
@@ -156,6 +157,8 @@ class PPOConfig:
         if self.clip_high is not None and self.clip_high <= 0:
             raise UserError(f"algo.clip_high must be positive (the ratio's upper bound is 1 + clip_high), got "
                             f"{self.clip_high}; leave it unset for PPO's symmetric clip")
+        if not isinstance(self.group_size, int) or self.group_size < 1:
+            raise UserError(f"algo.group_size must be a positive integer (1: no group resets), got {self.group_size!r}")
 
 
 @dataclass
@@ -317,6 +320,10 @@ class Config:
         if self.algo.clip_high is not None and self.train.algorithm != "ppo":
             raise UserError(f"algo.clip_high is PPO's upper clip range; train.algorithm {self.train.algorithm} does not "
                             "read it (GRPO's range is grpo.clip_low / grpo.clip_high): unset algo.clip_high")
+        if self.algo.group_size > 1 and (self.train.algorithm != "ppo" or self.resources.env_workers
+                                         or self.resources.learners > 1):
+            raise UserError("algo.group_size is PPO's group resets in one process: it needs train.algorithm ppo, "
+                            "resources.env_workers 0 and resources.learners 1 (GRPO's groups are grpo.group_size)")
         workers = self.resources.env_workers
         if workers:
             if self.env.num_envs % workers:

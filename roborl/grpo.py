@@ -16,8 +16,7 @@ import torch
 import sim
 from roborl.algos.grpo import GRPO, group_advantages, group_advantages_to_go, informative_groups
 from roborl.config import GRPOConfig
-from roborl.errors import UserError
-from roborl.trainer import Trainer
+from roborl.trainer import Trainer, start_groups_alike
 
 OUTCOMES = {"success": "success_once", "success_at_end": "success_at_end", "return": "return",
             "return_to_go": "return"}  # groups are kept, and logged, by their episode returns
@@ -88,18 +87,7 @@ class EpisodeBatch:
 class GRPOTrainer(Trainer):
     def make_algo(self) -> GRPO:
         cfg, g = self.cfg, self.cfg.grpo
-        n = self.env.num_envs
-        if n % g.group_size:
-            raise UserError(f"env.num_envs ({n}) must be a multiple of grpo.group_size ({g.group_size})")
-        raw = self.env.unwrapped
-        if not hasattr(raw, "group_size"):
-            raise UserError(f"train.algorithm grpo needs group resets; {cfg.env.id} has no reset option group_size "
-                            "(the embedded mujoco/ tasks have it)")
-        raw.group_size = g.group_size  # every full reset, through any wrapper, starts groups alike
-        episode = self.env.max_episode_steps
-        if episode is None or cfg.train.rollout_steps != episode:
-            raise UserError(f"train.algorithm grpo collects whole episodes: set train.rollout_steps to the episode "
-                            f"length ({episode})")
+        start_groups_alike(cfg, self.env, g.group_size, "grpo.group_size")
         self.lagrangian = None
         self.vocab: list[str] = []  # instructions seen so far; batches refer to them by index
         return GRPO(self.policy, cfg.algo, g, compile=cfg.resources.compile)

@@ -13,6 +13,7 @@ import torch
 import yaml
 
 import sim
+from roborl.algos.grpo import center_in_groups
 from roborl.algos.lagrangian import PIDLagrangian
 from roborl.algos.ppo import PPO
 from roborl.buffer import RolloutBuffer, gae
@@ -42,6 +43,24 @@ def new_run_dir(cfg: Config, default_name: str, hint: str = "choose another trai
         raise UserError(f"run directory '{run_dir}' already exists; {hint.format(run_dir=run_dir)}")
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
+
+
+def start_groups_alike(cfg: Config, env: sim.VecEnv, group_size: int, option: str) -> None:
+    """Makes every full reset of `env` start groups of `group_size` consecutive envs from one initial state;
+    `option` (the config key that asked for it) is refused in one line where that cannot work: the env has
+    no group resets, `group_size` does not divide its envs, or an iteration is not one whole episode."""
+    n = env.num_envs
+    if n % group_size:
+        raise UserError(f"env.num_envs ({n}) must be a multiple of {option} ({group_size})")
+    raw = env.unwrapped
+    if not hasattr(raw, "group_size"):
+        raise UserError(f"{option} needs group resets; {cfg.env.id} has no reset option group_size "
+                        "(the embedded mujoco/ tasks have it)")
+    episode = env.max_episode_steps
+    if episode is None or cfg.train.rollout_steps != episode:
+        raise UserError(f"{option} needs whole episodes per iteration: set train.rollout_steps to the episode "
+                        f"length ({episode})")
+    raw.group_size = group_size  # every full reset, through any wrapper, starts groups alike
 
 
 class Trainer:
@@ -98,6 +117,8 @@ class Trainer:
 
     def make_algo(self) -> PPO:
         a = self.cfg.algo
+        if a.group_size > 1:
+            start_groups_alike(self.cfg, self.env, a.group_size, "algo.group_size")
         self.lagrangian = PIDLagrangian(a.cost_limit, a.lagrange_ki, a.lagrange_kp, a.lagrange_kd) \
             if a.cost_limit is not None else None
         return PPO(self.policy, a, compile=self.cfg.resources.compile)
@@ -251,8 +272,13 @@ class Trainer:
 
     def collect_rollout(self) -> RolloutBuffer:
         """T steps from `self.obs` on, and GAE with bootstrapped time-outs (roborl/ray_trainer.py gathers
-        them from its Ray env workers instead)."""
+        them from its Ray env workers instead). With `algo.group_size` G > 1 the T steps are one episode
+        from a group reset (seeded by the run's seed and the iteration, as GRPO's rounds), and each step's
+        advantage is centered on its group's at that step: a same-state baseline beside the critic's."""
         cfg = self.cfg
+        group = cfg.algo.group_size
+        if group > 1:
+            self.obs = self.env.reset(seed=cfg.train.seed * 1_000_003 + self.iteration)
         if self.buffer is None:
             self.buffer = RolloutBuffer(cfg.train.rollout_steps, self.env.num_envs, self.device, self.gae)
         buffer = self.buffer
@@ -262,4 +288,6 @@ class Trainer:
         with torch.no_grad():
             buffer.finish(self.policy.value(self.obs), cfg.algo.gamma, cfg.algo.gae_lambda,
                           self.policy.cost_value(self.obs) if safe else None)
+        if group > 1:
+            buffer.advantages = center_in_groups(buffer.advantages, group)
         return buffer

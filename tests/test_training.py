@@ -13,6 +13,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from helpers import ROOT, roborl
 import roborl.trainer as trainer_module
+from roborl.buffer import gae
 from roborl.checkpoint import Checkpoint, save_checkpoint
 from roborl.config import load_config
 from roborl.errors import UserError
@@ -205,3 +206,45 @@ def test_norm_adv_by_task_gives_every_task_unit_advantages(tmp_path):
     with pytest.raises(UserError, match="algo.norm_adv_by_task standardizes PPO's advantages per task: it needs "
                                         "train.algorithm ppo"):
         load_config(REACH, ["algo.norm_adv_by_task=true", "train.algorithm=grpo"])
+
+
+def test_ppo_group_resets_center_each_step_on_its_group(tmp_path):
+    """`algo.group_size` G: every iteration starts groups of G envs from one initial state (seeded by the
+    iteration), and each step's GAE advantage less its group's mean at that step is what PPO trains on;
+    the critic's returns stay GAE's. Settings that cannot work are refused in one line."""
+    base = [f"train.run_dir={tmp_path}", "train.video=false", "train.progress=false", "env.obs_mode=state",
+            "env.id=mujoco/LangTabletopFixed-ReachPushLift", "env.num_envs=16", "env.episode_length=30",
+            "train.rollout_steps=30"]
+    trainer = Trainer(load_config(REACH, [*base, "train.name=groups", "algo.group_size=4"]))
+    assert trainer.env.unwrapped.group_size == 4
+    trainer.episodes = {}
+    buffer = trainer.collect_rollout()
+    start = buffer.obs["state"][0].clone()  # the buffer is refilled in place by the next rollout
+    first = start.view(4, 4, -1)  # groups × members × features at the episode's start
+    assert torch.equal(first, first[:, :1].expand_as(first))
+    assert len({tuple(g[0].tolist()) for g in first}) == 4  # the groups start apart
+    a = trainer.cfg.algo
+    with torch.no_grad():
+        adv, returns = gae(buffer.rewards, buffer.values, buffer.dones, trainer.policy.value(trainer.obs), a.gamma,
+                           a.gae_lambda)
+    grouped = adv.view(30, 4, 4)
+    torch.testing.assert_close(buffer.advantages, (grouped - grouped.mean(dim=2, keepdim=True)).reshape(30, 16))
+    torch.testing.assert_close(buffer.returns, returns)
+    assert buffer.advantages.abs().max() > 1e-3 and (adv - buffer.advantages).abs().max() > 1e-3
+    before = [p.detach().clone() for p in trainer.policy.parameters()]
+    trainer.algo.update(buffer, torch.Generator().manual_seed(0))
+    assert any(not torch.equal(x, y) for x, y in zip(before, trainer.policy.parameters()))
+    trainer.iteration = 1
+    again = trainer.collect_rollout().obs["state"][0]
+    assert not torch.equal(again, start)  # a new draw each iteration
+    trainer.env.close()
+    with pytest.raises(UserError, match="algo.group_size must be a positive integer"):
+        load_config(REACH, ["algo.group_size=0"])
+    with pytest.raises(UserError, match="algo.group_size is PPO's group resets in one process: it needs "
+                                        "train.algorithm ppo"):
+        load_config(REACH, ["algo.group_size=4", "train.algorithm=grpo"])
+    with pytest.raises(UserError, match=r"env.num_envs \(16\) must be a multiple of algo.group_size \(3\)"):
+        Trainer(load_config(REACH, [*base, "train.name=odd", "algo.group_size=3"]))
+    with pytest.raises(UserError, match=r"algo.group_size needs whole episodes per iteration: set "
+                                        r"train.rollout_steps to the episode length \(30\)"):
+        Trainer(load_config(REACH, [*base, "train.name=short", "algo.group_size=4", "train.rollout_steps=20"]))

@@ -29,6 +29,12 @@ if TYPE_CHECKING:
     from roborl.grpo import EpisodeBatch
 
 
+def center_in_groups(x: torch.Tensor, group_size: int) -> torch.Tensor:
+    """`x` (T×N, groups of `group_size` consecutive columns) less its group's mean at each step."""
+    g = x.view(len(x), -1, group_size)
+    return (g - g.mean(dim=2, keepdim=True)).reshape(x.shape)
+
+
 def group_advantages(rewards: torch.Tensor, group_size: int, std_normalize: bool = True,
                      eps: float = 1e-6) -> torch.Tensor:
     """Per-episode advantages from per-episode rewards (N, groups of `group_size` consecutive rows)."""
@@ -49,11 +55,11 @@ def group_advantages_to_go(rewards: torch.Tensor, group_size: int, std_normalize
     blow up the late steps, whose returns-to-go barely differ.
     """
     to_go = rewards.float().flip(0).cumsum(0).flip(0)
-    g = to_go.view(len(to_go), -1, group_size)
-    adv = g - g.mean(dim=2, keepdim=True)
+    adv = center_in_groups(to_go, group_size)
     if std_normalize:
-        adv = adv / (g[0].std(dim=1, keepdim=True)[None] + eps)
-    return adv.reshape(to_go.shape)
+        episode_std = to_go[0].view(-1, group_size).std(dim=1, keepdim=True)  # groups × 1
+        adv = (adv.view(len(adv), -1, group_size) / (episode_std[None] + eps)).reshape(adv.shape)
+    return adv
 
 
 def informative_groups(rewards: torch.Tensor, group_size: int, tol: float = 1e-8) -> torch.Tensor:
