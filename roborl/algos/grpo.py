@@ -57,8 +57,8 @@ def group_advantages_to_go(rewards: torch.Tensor, group_size: int, std_normalize
     to_go = rewards.float().flip(0).cumsum(0).flip(0)
     adv = center_in_groups(to_go, group_size)
     if std_normalize:
-        episode_std = to_go[0].view(-1, group_size).std(dim=1, keepdim=True)  # groups × 1
-        adv = (adv.view(len(adv), -1, group_size) / (episode_std[None] + eps)).reshape(adv.shape)
+        episode_std = to_go[0].view(-1, group_size).std(dim=1).repeat_interleave(group_size)  # per env
+        adv = adv / (episode_std + eps)
     return adv
 
 
