@@ -249,7 +249,7 @@ class TrainConfig:
     name: str | None = None
     resume: str | None = None
     progress: bool = True
-    max_minutes: float | None = None  # stop (and save) after this much wall time
+    max_minutes: float | None = None  # stop (and save) once the run's wall time, across resumes, passes this
     eval_at_start: bool = True  # evaluate a pretrained policy (policy.init) before the first update
     stop_at_success: float | None = None  # end the run once deterministic eval success reaches this
 

@@ -63,6 +63,15 @@ def start_groups_alike(cfg: Config, env: sim.VecEnv, group_size: int, option: st
     raw.group_size = group_size  # every full reset, through any wrapper, starts groups alike
 
 
+def check_time_left(trained_s: float, max_minutes: float | None) -> None:
+    """train.max_minutes bounds the run's whole wall time, across resumes: a run it stopped cannot be carried
+    on under the same budget (it would stop again after one iteration), so that is refused up front."""
+    if max_minutes and trained_s >= 60 * max_minutes:
+        raise UserError(f"this run has trained {trained_s / 60:.1f} min, which spends train.max_minutes={max_minutes:g} "
+                        f"(the run's whole wall time, across resumes): carry it on with a larger one, e.g. "
+                        f"train.max_minutes={math.ceil(trained_s / 60) + max_minutes:g}")
+
+
 class Trainer:
     def __init__(self, cfg: Config, shard: Config | None = None) -> None:
         """`cfg` is the run's config, saved with it; `shard`, where given, what this process trains with:
@@ -73,6 +82,8 @@ class Trainer:
         if self.records_video:
             require_video_writer()  # before the run dir exists, not at the first eval
         resume = Checkpoint(cfg.train.resume) if cfg.train.resume else None
+        if resume is not None:
+            check_time_left(resume.trainer_state.get("wall_time_s", 0.0), cfg.train.max_minutes)
         self.device = resolve_device(cfg.train.device)
         torch.set_num_threads(cfg.train.threads or max(1, (os.cpu_count() or 1) // 2))
         torch.manual_seed(cfg.train.seed)

@@ -4,6 +4,7 @@ import importlib.util
 import pytest
 from helpers import ROOT, roborl
 
+from roborl.checkpoint import Checkpoint
 from roborl.config import load_config
 from roborl.errors import UserError
 from roborl.off_policy import make_trainer
@@ -57,6 +58,23 @@ def test_corrupt_checkpoint_is_refused(tmp_path):
     assert_one_line_error(roborl("eval", str(bad)), str(bad), "corrupt")
     assert_one_line_error(roborl("train", f"resume={bad}"), str(bad), "corrupt")
     assert_one_line_error(roborl("eval", str(tmp_path / "missing.safetensors")), "does not exist")
+
+
+def test_resume_past_the_time_budget_is_refused(tmp_path):
+    """train.max_minutes counts the run's whole wall time, so carrying on a run it stopped needs a larger one."""
+    run = roborl("train", REACH, f"train.run_dir={tmp_path}", "train.name=r", "env.num_envs=8", "train.rollout_steps=10",
+                 "train.total_steps=160", "train.eval_episodes=8", "train.video=false", "train.progress=false",
+                 "train.max_minutes=0.0001")
+    assert run.returncode == 0, run.stderr[-2000:]
+    last = tmp_path / "r" / "checkpoints" / "last.safetensors"
+    assert Checkpoint(last).trainer_state["iteration"] == 1  # the budget stopped it after one of two iterations
+    before = last.read_bytes()
+    assert_one_line_error(roborl("train", f"resume={last}", "train.total_steps=400"),
+                          "spends train.max_minutes=0.0001", "across resumes", "carry it on with a larger one")
+    assert last.read_bytes() == before
+    again = roborl("train", f"resume={last}", "train.max_minutes=5", "train.progress=false")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert Checkpoint(last).trainer_state["iteration"] == 2
 
 
 def test_missing_video_writer_is_refused_before_the_run_starts(tmp_path, monkeypatch):
