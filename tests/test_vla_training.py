@@ -204,7 +204,8 @@ def test_the_token_fewshot_configs_put_an_action_token_decoder_on_the_same_froze
     """`bench/vla.py --families token_vla_fewshot`: the token VLA in the flow few-shot recipe. Its backbone
     settings equal the flow SFT's (so `policy.init_modules: [backbone]` loads it, the vocabulary included:
     both reserve 256 action ids), and the decoder, with its own 32 bins and the pooled prefix at every token, is
-    the actor, PPO clipping one ratio per token and GRPO crediting each step with its return to go."""
+    the actor, PPO clipping one ratio per token with GRPO's advantage scaling (group resets and per-task
+    standardization) and GRPO crediting each step with its return to go."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("bench_vla", ROOT / "bench/vla.py")
     bench = importlib.util.module_from_spec(spec)
@@ -230,7 +231,11 @@ def test_the_token_fewshot_configs_put_an_action_token_decoder_on_the_same_froze
         assert rl.policy.vla.ratio == ratio and rl.algo.target_kl == target_kl
         assert rl.policy.vla == replace(sft.policy.vla, ratio=ratio) and rl.policy.horizon == sft.policy.horizon
         assert rl.grpo.reward == ("return_to_go" if algorithm == "grpo" else same_kind.grpo.reward)
-        assert (replace(rl.algo, target_kl=same_kind.algo.target_kl), replace(rl.grpo, reward=same_kind.grpo.reward),
+        scaling = (8, True) if algorithm == "ppo" else (same_kind.algo.group_size, same_kind.algo.norm_adv_by_task)
+        assert (rl.algo.group_size, rl.algo.norm_adv_by_task) == scaling
+        assert (replace(rl.algo, target_kl=same_kind.algo.target_kl, group_size=same_kind.algo.group_size,
+                        norm_adv_by_task=same_kind.algo.norm_adv_by_task),
+                replace(rl.grpo, reward=same_kind.grpo.reward),
                 rl.env.num_envs, rl.train.total_steps) == (same_kind.algo, same_kind.grpo, same_kind.env.num_envs,
                                                            same_kind.train.total_steps)
 
