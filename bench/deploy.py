@@ -28,9 +28,9 @@ from roborl.deploy.client import PolicyClient
 from roborl.deploy.export import export_checkpoint
 from roborl.deploy.server import start_server
 from roborl.evaluate import evaluate
-from roborl.off_policy import make_trainer
 from roborl.robot.episodes import run_episodes
 from roborl.robot.twin import TwinRobot, TwinSettings, start_twin
+from roborl.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = {"push_nodr": "ppo_push", "push_dr": "ppo_push_dr"}
@@ -80,7 +80,7 @@ def main() -> None:
         for name, config in RUNS.items():
             cfg = load_config(ROOT / "configs" / f"{config}.yaml", [f"train.run_dir={run_dir}", "train.progress=false",
                                                                      f"train.name={name}"])
-            summary = run_once(run_dir, name, args.reuse, lambda: make_trainer(cfg).train())
+            summary = run_once(run_dir, name, args.reuse, lambda: Runner(cfg).train())
             curves[name] = [(s, r) for s, _, r in summary["eval_history"]]
             checkpoint = run_dir / name / "checkpoints" / "best.safetensors"
             row = {"policy": name, "config": f"configs/{config}.yaml", "env_steps": summary["env_steps"],

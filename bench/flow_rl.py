@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 
 import torch
+from study import first_reaching, run_once, write_study
 
 from roborl.bc import train_bc
 from roborl.builder import make_env, make_policy
 from roborl.config import load_config
 from roborl.demos import demos_file, record_demos
-from roborl.trainer import Trainer
-from study import first_reaching, run_once, write_study
+from roborl.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
 BC_CONFIG = {"dppo": "bc_diffusion_push", "flow_noise": "bc_flow_push", "flow_sde": "bc_flow_push", "fpo": "bc_flow_push"}
@@ -70,7 +70,7 @@ def main() -> None:
         init = run_dir / BC_CONFIG[mode] / "checkpoints" / "best.safetensors"
         cfg = load_config(ROOT / "configs" / f"{mode}_push.yaml",
                           [*base, f"train.name={mode}", f"policy.init={init}", f"train.max_minutes={args.max_minutes}"])
-        summary = run_once(run_dir, mode, args.reuse, lambda: Trainer(cfg).train())
+        summary = run_once(run_dir, mode, args.reuse, lambda: Runner(cfg).train())
         hist = summary["eval_history"]
         reached = first_reaching(hist, TARGET)
         rows.append({"mode": mode, "bc_success": hist[0][2], "rl_success": max(h[2] for h in hist),

@@ -17,12 +17,12 @@ import json
 from pathlib import Path
 
 import torch
+from study import first_reaching, run_once, write_study
 
 from roborl.builder import make_policy, make_run_env
 from roborl.config import load_config
 from roborl.evaluate import evaluate, evaluate_checkpoint
-from roborl.off_policy import make_trainer
-from study import first_reaching, run_once, write_study
+from roborl.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"residual_ppo": "residual_ppo_pickplace", "residual_sac": "residual_sac_pickplace",
@@ -57,7 +57,7 @@ def main() -> None:
     for name in args.runs:
         extra = ["train.stop_at_success=0.9"] if name == "scratch_ppo" else []  # from scratch: to 90% is enough
         cfg = load_config(ROOT / "configs" / f"{CONFIGS[name]}.yaml", [*common, f"train.name={name}", *extra])
-        summaries[name] = run_once(run_dir, name, args.reuse, lambda: make_trainer(cfg).train())
+        summaries[name] = run_once(run_dir, name, args.reuse, lambda: Runner(cfg).train())
         curves[name] = [(s, r) for s, _, r in summaries[name]["eval_history"]]
         print(name, json.dumps({k: summaries[name][k] for k in ("best_success_rate", "env_steps", "wall_time_s")}),
               flush=True)
@@ -69,7 +69,8 @@ def main() -> None:
         to90, to95 = first_reaching(hist, 0.9), first_reaching(hist, 0.95)
         fresh = evaluate_checkpoint(run_dir / name / "checkpoints" / "best.safetensors", FRESH_EPISODES, 50,
                                     FRESH_SEED, "cpu")["success_rate"]
-        rows.append({"run": name, "config": f"configs/{CONFIGS[name]}.yaml", "start_success": hist[0][2] if hist[0][0] == 0 else None,
+        start = hist[0][2] if hist[0][0] == 0 else None
+        rows.append({"run": name, "config": f"configs/{CONFIGS[name]}.yaml", "start_success": start,
                      "best_success": s["best_success_rate"], "fresh_success": fresh,
                      "env_steps_to_90": to90[0] if to90 else None, "minutes_to_90": to90[1] / 60 if to90 else None,
                      "env_steps_to_95": to95[0] if to95 else None, "minutes_to_95": to95[1] / 60 if to95 else None,

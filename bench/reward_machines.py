@@ -17,13 +17,15 @@ import time
 from pathlib import Path
 
 import torch
-
-import sim
-import tasks  # noqa: F401  (registers mujoco/Sequence)
-from roborl.config import load_config
-from roborl.off_policy import make_trainer
-from roborl.rm import RewardMachine, RewardMachineEnv
 from study import env_seconds_per_step, first_reaching, run_once, write_study
+
+from roborl import (
+    sim,
+    tasks,  # noqa: F401  (registers mujoco/Sequence)
+)
+from roborl.config import load_config
+from roborl.rm import RewardMachine, RewardMachineEnv
+from roborl.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = {"rm_shaped": "rm_sequence", "plain_sparse": "ppo_sequence_sparse"}
@@ -74,7 +76,7 @@ def main() -> None:
     summaries = {}
     for name in args.runs:
         cfg = load_config(ROOT / "configs" / f"{RUNS[name]}.yaml", [*common, f"train.name={name}"])
-        summaries[name] = run_once(run_dir, name, args.reuse, lambda: make_trainer(cfg).train())
+        summaries[name] = run_once(run_dir, name, args.reuse, lambda: Runner(cfg).train())
         print(name, json.dumps({k: summaries[name][k] for k in ("best_success_rate", "env_steps", "wall_time_s")}),
               flush=True)
     budget = min(s["env_steps"] for s in summaries.values())

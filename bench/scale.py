@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from roborl.config import load_config
-from roborl.off_policy import make_trainer
+from roborl.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
 PUSH = ROOT / "configs" / "ppo_push.yaml"
@@ -40,18 +40,16 @@ def training_rate(overrides: list[str], iterations: int, warmup: int) -> dict[st
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(PUSH, [f"train.run_dir={tmp}", "train.name=bench", "train.progress=false",
                                  "train.video=false", *overrides])
-        trainer = make_trainer(cfg)
-        trainer.generator = torch.Generator().manual_seed(0)
+        trainer = Runner(cfg)
         trainer.obs = trainer.env.reset(seed=0)
-        trainer.update_normalizer(trainer.obs)
+        trainer.policy.update_normalizer(trainer.obs)
         total = warmup + iterations
         collect = []
         start = 0.0
         for i in range(total):
             if i == warmup:
                 start = time.perf_counter()
-            trainer.episodes = {"return": [], "success": []}
-            stats = trainer.iterate(total)
+            stats, _ = trainer.iterate(total)
             trainer.iteration += 1
             if i >= warmup:
                 collect.append(stats["collect_sps"])
@@ -69,8 +67,10 @@ def add_row(rows: list[tuple[str, dict[str, float]]], label: str, rate: dict[str
 
 def gpu_rows(iterations: int) -> list[tuple[str, dict[str, float]]]:
     """mujoco-warp on CUDA at 1024 and 4096 envs: our VecEnv and PPO end to end against raw warp steps."""
-    import sim
-    import tasks  # noqa: F401
+    from roborl import (
+        sim,
+        tasks,  # noqa: F401
+    )
 
     rows = []
     for n in (1024, 4096):

@@ -15,12 +15,12 @@ import json
 from pathlib import Path
 
 import torch
+from study import env_seconds_per_step, run_once, write_study
 
 from roborl.builder import make_env
 from roborl.config import load_config
 from roborl.evaluate import evaluate_checkpoint
-from roborl.off_policy import make_trainer
-from study import env_seconds_per_step, run_once, write_study
+from roborl.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = {"unshielded": "ppo_reachavoid", "shielded": "ppo_shielded_reachavoid", "lagrangian": "ppo_lagrangian_reachavoid"}
@@ -60,7 +60,7 @@ def main() -> None:
     for name, config in RUNS.items():
         cfg = load_config(ROOT / "configs" / f"{config}.yaml", [f"train.run_dir={run_dir}", "train.progress=false",
                                                                  f"train.name={name}"])
-        summary = run_once(run_dir, name, args.reuse, lambda: make_trainer(cfg).train())
+        summary = run_once(run_dir, name, args.reuse, lambda: Runner(cfg).train())
         fresh = evaluate_checkpoint(run_dir / name / "checkpoints" / "last.safetensors", args.episodes, 100, 777, "cpu")
         rows.append({"run": name, "config": f"configs/{config}.yaml", "env_steps": summary["env_steps"],
                      "eval_success": fresh["success_rate"], "train_violation_steps": summary["train_violation_steps"],

@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import gymnasium as gym
 import torch
 from throughput import our_vecenv, raw_mujoco, timed
 
-import sim
+from roborl import sim
 
 
 def vecenv_sps(env_id: str, n: int, seconds: float, **options) -> float:

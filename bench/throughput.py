@@ -18,8 +18,10 @@ import numpy as np
 import torch
 from mujoco import rollout
 
-import tasks  # noqa: F401
-import sim
+from roborl import (
+    sim,
+    tasks,  # noqa: F401
+)
 from roborl.algos.ppo import PPO
 from roborl.buffer import RolloutBuffer
 from roborl.builder import make_policy
@@ -125,7 +127,7 @@ def sb3_ppo(n: int, seconds: float, batched: bool) -> float:
     from stable_baselines3.common.vec_env import DummyVecEnv
     from stable_baselines3.common.vec_env import VecEnv as SB3VecEnv
 
-    from sim.gym_adapters import GymnasiumEnv, GymnasiumVectorEnv
+    from roborl.sim.gym_adapters import GymnasiumEnv, GymnasiumVectorEnv
 
     class SB3Adapter(SB3VecEnv):
         """SB3's VecEnv interface over our Gymnasium vector adapter (bench only)."""

@@ -19,7 +19,7 @@ from roborl.errors import UserError
 from roborl.evaluate import evaluate
 from roborl.logger import Logger
 from roborl.plots import plot_curves
-from roborl.trainer import new_run_dir, write_json
+from roborl.runner import new_run_dir, write_json
 
 
 def train_bc(cfg: Config) -> dict:

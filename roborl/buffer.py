@@ -1,38 +1,12 @@
 """On-device rollout storage and advantage estimation (torch only, T×N tensors)."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
-from policies.act import Act
-
-
-def bootstrap_timeouts(reward: torch.Tensor, truncated: torch.Tensor, final_value: torch.Tensor,
-                       gamma: float) -> torch.Tensor:
-    """A time-out is not an end of the task: add γ·V(final_obs) to the reward of truncated envs, so that
-    GAE can cut the chain at every done without biasing values toward zero."""
-    return reward + gamma * final_value * truncated.float()
-
-
-def gae(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, last_value: torch.Tensor,
-        gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Generalized advantage estimation over T×N tensors.
-
-    `dones[t]` marks that the episode ended after step t (terminated or truncated); time-outs are
-    bootstrapped beforehand by adding γ·V(final_obs) to their reward, so the chain is cut at every done.
-    Returns (advantages, returns).
-    """
-    T = rewards.shape[0]
-    adv = torch.zeros_like(rewards)
-    last = torch.zeros_like(last_value)
-    for t in reversed(range(T)):
-        next_value = last_value if t == T - 1 else values[t + 1]
-        not_done = 1.0 - dones[t].float()
-        delta = rewards[t] + gamma * next_value * not_done - values[t]
-        last = delta + gamma * lam * not_done * last
-        adv[t] = last
-    return adv, adv + values
+from roborl.algos.advantages import gae
+from roborl.policies.act import Act
 
 
 class RolloutBuffer:
@@ -80,7 +54,7 @@ class RolloutBuffer:
         self.step += 1
 
     @classmethod
-    def concat_envs(cls, parts: list[dict], device: torch.device, gae_fn: Callable = gae) -> "RolloutBuffer":
+    def concat_envs(cls, parts: list[dict], device: torch.device, gae_fn: Callable = gae) -> RolloutBuffer:
         """The rollouts of several workers (dicts of T×n tensors, as `roborl.ray_workers.EnvWorker.rollout`
         returns them) as one buffer of T×(n₁ + n₂ + ...)."""
         def cat(key: str) -> torch.Tensor:

@@ -6,21 +6,23 @@ import dataclasses
 import torch
 from torch import nn
 
-import sim
-import tasks  # registers the embedded mujoco/ tasks
-from policies import DiffusionPolicy, FlowPolicy, GaussianActorCritic, ResidualPolicy
-from policies.gaussian import ACTIVATIONS
+from roborl import (
+    sim,
+    tasks,  # registers the embedded mujoco/ tasks
+)
 from roborl.config import Config, EnvConfig, PolicyConfig, ResidualConfig, config_from_dict
 from roborl.errors import UserError
 from roborl.imports import import_factory
+from roborl.policies import DiffusionPolicy, FlowPolicy, GaussianActorCritic, ResidualPolicy
+from roborl.policies.gaussian import ACTIVATIONS
 from roborl.rm import RewardMachineEnv, load_machine
 from roborl.shields import ShieldChain, ShieldEnv
 from roborl.shields.specs import build_shields
-from sim.base_action import BaseActionEnv
-from sim.chunking import ActionChunkEnv
-from sim.history import StateHistoryEnv
-from tasks.arm import ARM_OBS, ArmEnv
-from tasks.expert import ImperfectExpert
+from roborl.sim.base_action import BaseActionEnv
+from roborl.sim.chunking import ActionChunkEnv
+from roborl.sim.history import StateHistoryEnv
+from roborl.tasks.arm import ArmEnv
+from roborl.tasks.expert import ImperfectExpert
 
 VLA_KINDS = ("token_vla", "flow_vla")  # policies/vla: need the `vla` extra (transformers, peft)
 POLICY_KINDS = ("gaussian", "diffusion", "flow", "residual", *VLA_KINDS)
@@ -107,7 +109,8 @@ def shield_specs(cfg: EnvConfig, env: sim.VecEnv) -> list[dict]:
         raise UserError(f"env.shield.joint_margin shields the joint_delta_pos controller; this env uses {cfg.controller}")
     if s.workspace and len(s.workspace) != 6:
         raise UserError(f"env.shield.workspace needs 6 numbers [x0, y0, z0, x1, y1, z1], got {s.workspace}")
-    tcp = [ARM_OBS["tcp"].start, ARM_OBS["tcp"].stop]
+    layout = raw.obs_layout
+    tcp = [layout["tcp"].start, layout["tcp"].stop]
     specs: list[dict] = []
     if s.action_rate:
         specs.append({"type": "action_rate", "max_delta": s.action_rate})
@@ -124,7 +127,7 @@ def shield_specs(cfg: EnvConfig, env: sim.VecEnv) -> list[dict]:
         specs.append({"type": "automaton", "factory": s.automaton})
     if s.joint_margin is not None:
         specs.append({"type": "joint_limits", "lower": raw.chain.lower.tolist(), "upper": raw.chain.upper.tolist(),
-                      "q": [ARM_OBS["q"].start, ARM_OBS["q"].stop], "max_joint_step": raw.max_joint_step,
+                      "q": [layout["q"].start, layout["q"].stop], "max_joint_step": raw.max_joint_step,
                       "margin": s.joint_margin})
     return specs
 
@@ -243,7 +246,8 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
         if cfg.kind == "diffusion":
             d = cfg.dppo
             return DiffusionPolicy(obs_dim, action_dim, cfg.horizon, execute, train_timesteps=cfg.train_timesteps,
-                                   eta=cfg.eta, rl_mode=cfg.rl_mode, finetune_steps=d.finetune_steps, min_sampling_std=d.min_sampling_std,
+                                   eta=cfg.eta, rl_mode=cfg.rl_mode, finetune_steps=d.finetune_steps,
+                                   min_sampling_std=d.min_sampling_std,
                                    min_logprob_std=d.min_logprob_std, denoise_discount=d.denoise_discount,
                                    clip_base=d.clip_base, **common)
         return FlowPolicy(obs_dim, action_dim, cfg.horizon, execute, rl_mode=cfg.rl_mode,
@@ -258,8 +262,8 @@ def make_vla_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int) -> nn.Modu
     if "rgb" not in env.observation_space.spaces:
         raise UserError(f"policy.kind {cfg.kind} needs rgb observations; set env.obs_mode to rgb (or rgb+state)")
     try:
-        from policies.vla.flow_vla import FlowVLAPolicy
-        from policies.vla.token_vla import TokenVLAPolicy
+        from roborl.policies.vla.flow_vla import FlowVLAPolicy
+        from roborl.policies.vla.token_vla import TokenVLAPolicy
     except ImportError as exc:
         raise UserError(f"policy.kind {cfg.kind} needs the vla extra: pip install -e '.[vla]' ({exc})") from exc
     spaces = env.observation_space.spaces
@@ -309,8 +313,7 @@ def load_pretrained(policy: nn.Module, path: str, modules: list[str] | tuple[str
         raise UserError(f"policy.init '{path}' does not fit this policy (missing {missing[:3]}, unexpected "
                         f"{unexpected[:3]}); give policy the same kind, horizon, denoiser, hidden sizes and "
                         f"policy.vla settings as the BC run")
-    if hasattr(policy, "start_finetuning"):
-        policy.start_finetuning()
+    policy.start_finetuning()
 
 
 def build(cfg: Config, device: torch.device, env: sim.VecEnv | None = None) -> tuple[sim.VecEnv, nn.Module]:

@@ -1,6 +1,7 @@
 """Checkpoints: one safetensors file holding the policy weights (normalizer buffers included) and the
-optimizer tensors, with the run config and trainer state as JSON in its metadata header. Written to a
-temporary file and renamed over the old one, so a crash never leaves a half-written checkpoint."""
+algorithm's state (optimizers, critics, replay: `Algorithm.state_dict()`, its tensors in the file and its
+structure as JSON), with the run config and the runner's state as JSON in its metadata header. Written to
+a temporary file and renamed over the old one, so a crash never leaves a half-written checkpoint."""
 from __future__ import annotations
 
 import json
@@ -17,18 +18,31 @@ from roborl.errors import UserError
 FORMAT = "roborl-checkpoint-1"
 
 
-def _flatten_optimizer(state: dict) -> tuple[dict[str, torch.Tensor], dict]:
-    tensors, scalars = {}, {}
-    for pid, pstate in state["state"].items():
-        for key, value in pstate.items():
-            if isinstance(value, torch.Tensor):
-                tensors[f"optim.{pid}.{key}"] = value.detach().cpu().contiguous()
-            else:
-                scalars[f"{pid}.{key}"] = value
-    return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
+def _encode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """`value` (nested dicts, lists, tensors, numbers, strings) as JSON, its tensors moved to `tensors`."""
+    if isinstance(value, torch.Tensor):
+        name = f"algo.{len(tensors)}"
+        tensors[name] = value.detach().cpu().contiguous()
+        return {"__tensor__": name}
+    if isinstance(value, dict):  # keys keep their type (an optimizer's state is keyed by int)
+        return {"__dict__": [[k, _encode(v, tensors)] for k, v in value.items()]}
+    if isinstance(value, (list, tuple)):
+        return [_encode(v, tensors) for v in value]
+    return value
+
+
+def _decode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, dict) and "__tensor__" in value:
+        return tensors[value["__tensor__"]]
+    if isinstance(value, dict):
+        return {k: _decode(v, tensors) for k, v in value["__dict__"]}
+    if isinstance(value, list):
+        return [_decode(v, tensors) for v in value]
+    return value
 
 
 def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
+    """The optimizer state of a checkpoint written before algorithms had a state of their own."""
     state: dict[int, dict[str, Any]] = {}
     for name, value in tensors.items():
         _, pid, key = name.split(".", 2)
@@ -39,17 +53,17 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict) -> dict:
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
-def save_checkpoint(path: str | Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+def save_checkpoint(path: str | Path, policy: torch.nn.Module, algo_state: dict | None,
                     config: dict, trainer_state: dict) -> None:
+    """`policy`'s weights, the algorithm's `algo_state` (None: none), the run's config and the runner's state."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {f"policy.{k}": v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
-    optim_meta: dict = {}
-    if optimizer is not None:
-        optim_tensors, optim_meta = _flatten_optimizer(optimizer.state_dict())
-        tensors.update(optim_tensors)
+    algo_tensors: dict[str, torch.Tensor] = {}
+    algo_meta = _encode(algo_state or {}, algo_tensors)
+    tensors.update(algo_tensors)
     metadata = {"format": FORMAT, "config": json.dumps(config), "trainer_state": json.dumps(trainer_state),
-                "optimizer": json.dumps(optim_meta)}
+                "algo": json.dumps(algo_meta)}
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         save_file(tensors, str(tmp), metadata=metadata)
@@ -61,7 +75,7 @@ def save_checkpoint(path: str | Path, policy: torch.nn.Module, optimizer: torch.
 
 
 class Checkpoint:
-    """A loaded checkpoint: `config` (dict), `trainer_state` (dict), `policy_state`, `optimizer_state`."""
+    """A loaded checkpoint: `config` (dict), `trainer_state` (the runner's, dict), `policy_state`, `algo_state`."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -75,13 +89,19 @@ class Checkpoint:
                 raise ValueError("missing roborl metadata")
             self.config = json.loads(meta["config"])
             self.trainer_state = json.loads(meta["trainer_state"])
-            optim_meta = json.loads(meta["optimizer"])
+            algo_meta = json.loads(meta["algo"]) if "algo" in meta else None
+            optim_meta = json.loads(meta.get("optimizer", "{}"))
         except Exception as exc:
             raise UserError(f"checkpoint '{self.path}' is corrupt or not a roborl checkpoint "
                             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'unreadable'})") from exc
         self.policy_state = {k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")}
-        optim = {k: v for k, v in tensors.items() if k.startswith("optim.")}
-        self.optimizer_state = _unflatten_optimizer(optim, optim_meta) if optim_meta else None
+        if algo_meta is not None:
+            self.algo_state = _decode(algo_meta, tensors)
+        else:  # the older layout: the optimizer's tensors, the lr and multiplier in the trainer state
+            optim = {k: v for k, v in tensors.items() if k.startswith("optim.")}
+            st = self.trainer_state
+            self.algo_state = {"optimizer": _unflatten_optimizer(optim, optim_meta) if optim_meta else None,
+                               **{k: st[k] for k in ("lr", "lagrangian") if k in st}}
 
     def load_policy(self, policy: torch.nn.Module) -> None:
         try:

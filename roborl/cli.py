@@ -14,7 +14,7 @@ def _train(args: argparse.Namespace) -> int:
     from roborl.config import load_config
 
     cfg = load_config(args.config, args.overrides)
-    from roborl.distributed import train  # after the config is checked: seconds of imports
+    from roborl.train import train  # after the config is checked: seconds of imports
 
     summary = train(cfg)
     if summary is not None:  # None: a learner of rank > 0 under torchrun
@@ -32,7 +32,7 @@ def _bc(args: argparse.Namespace) -> int:
 
 
 def _demos(args: argparse.Namespace) -> int:
-    import tasks  # noqa: F401
+    from roborl import tasks  # noqa: F401
     from roborl.demos import record_demos
 
     env_id = args.task if "/" in args.task else f"mujoco/{args.task}"
@@ -146,8 +146,10 @@ def _twin(args: argparse.Namespace) -> int:
 
 
 def _envs(args: argparse.Namespace) -> int:
-    import sim
-    import tasks  # noqa: F401
+    from roborl import (
+        sim,
+        tasks,  # noqa: F401
+    )
 
     print("\n".join(sim.available()))
     return 0
@@ -226,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"roborl: error: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        from sim.errors import SimError
+        from roborl.sim.errors import SimError
 
         if isinstance(exc, SimError):
             print(f"roborl: error: {exc}", file=sys.stderr)

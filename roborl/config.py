@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from policies.vla.spec import VLASpec
 from roborl.errors import UserError
-from sim.randomization import Randomization
+from roborl.policies.vla.spec import VLASpec
+from roborl.sim.randomization import Randomization
 
 
 @dataclass
@@ -259,6 +259,7 @@ class TrainConfig:
                 raise UserError(f"train.{key} must be at least 1, got {getattr(self, key)}")
 
 
+SEED_STRIDE = 100_000  # learner r seeds with train.seed + r·SEED_STRIDE; Ray env worker i with + (i + 1)·SEED_STRIDE
 DIST_BACKENDS = ("auto", "gloo", "nccl")  # torch.distributed backends of resources.backend
 INFERENCE_PLACEMENTS = ("collocated", "learner")  # where rollout inference runs with Ray env workers
 
@@ -279,6 +280,9 @@ class ResourcesConfig:
     device: str | None = None  # env workers' device (simulation, collocated inference); None: train.device
     worker_cpus: float = 1.0  # Ray resources each env worker asks for (placement)
     worker_gpus: float = 0.0
+    # placement across a cluster: worker i prefers the node with custom resource worker_nodes[i % len] (soft:
+    # a worker whose node is gone is replaced wherever Ray finds room), e.g. [head, node_b]
+    worker_nodes: list[str] = field(default_factory=list)
     ray_address: str | None = None  # None: start a local Ray instance; "auto" or "host:port": join that cluster
     max_restarts: int = 3  # env workers that may die and be replaced before the run fails
 
@@ -329,9 +333,10 @@ class Config:
             if self.env.num_envs % workers:
                 raise UserError(f"env.num_envs ({self.env.num_envs}) must be divisible by resources.env_workers "
                                 f"({workers}): each env worker steps an equal share of the envs")
-            if self.train.algorithm != "ppo":
-                raise UserError(f"resources.env_workers trains with ppo; train.algorithm {self.train.algorithm} "
-                                "steps its envs in one process (resources.env_workers=0)")
+            if self.train.algorithm != "ppo" and self.resources.inference == "collocated":
+                raise UserError(f"train.algorithm {self.train.algorithm} collects in the learner's process, not in "
+                                "Ray env workers: set resources.inference=learner (the workers simulate, the "
+                                "learner acts)")
             if self.resources.learners > 1:
                 raise UserError("resources.env_workers and resources.learners > 1 cannot be combined yet; "
                                 "use one of them")

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-import sim
+from roborl import sim
 from roborl.errors import UserError
 
 
@@ -44,7 +44,7 @@ def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16
     actions (a sloppier demonstrator). With `dart` the noisy action is executed but the expert's own is
     recorded (DART, Laskey et al. 2017): the demos then show the way back from small mistakes, which a
     cloned policy makes in closed loop. Written to a temporary file and renamed: no half-written file."""
-    import tasks
+    from roborl import tasks
 
     if env_id not in tasks.EXPERTS:
         raise UserError(f"no scripted expert for '{env_id}'; tasks with experts: {', '.join(tasks.EXPERTS)}")

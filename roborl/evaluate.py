@@ -2,15 +2,17 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
-import sim
+from roborl import sim
 from roborl.checkpoint import Checkpoint
+from roborl.collect import Step, run_steps
 from roborl.errors import UserError
+from roborl.policies.act import Act
 
 
 def tile(frames: torch.Tensor) -> np.ndarray:
@@ -43,35 +45,38 @@ def evaluate(policy: torch.nn.Module, env: sim.VecEnv, episodes: int, seed: int 
     `progress(n)` is called as n more episodes are counted."""
     if video_path is not None:
         require_video_writer()
-    obs = env.reset(seed=seed)
     stats: dict[str, list[torch.Tensor]] = {"success_at_end": [], "success_once": [], "return": [], "length": [],
                                             "cost": []}
     frames: list[np.ndarray] = []
     quota = episode_quota(episodes, env.num_envs)
     ended = torch.zeros(env.num_envs, dtype=torch.long)
     shown = list(range(min(video_envs, env.num_envs)))
-    recording = video_path is not None
+    recording = [video_path is not None]
     limit = 10 * (env.max_episode_steps or 1000) * (episodes // env.num_envs + 1)
-    for _ in range(limit):
-        if recording:
+
+    def act(obs: dict) -> Act:
+        if recording[0]:
             try:
                 frames.append(tile(env.render(shown)))
             except NotImplementedError:  # a backend without rendering: evaluate without a video
-                recording = False
-        act = policy.act(obs, deterministic=True)
-        obs, _, _, _, info = env.step(act.action)
+                recording[0] = False
+        return policy.act(obs, deterministic=True)
+
+    def record(step: Step) -> bool:
+        info = step.info
         if "episode" in info:
             done = info["done"].cpu()
             counted = done & (ended < quota)
-            ended += done.long()
+            ended.add_(done.long())
             for key in stats:
                 if key in info["episode"]:
                     stats[key].append(info["episode"][key].cpu()[counted].float())
-            recording = recording and not bool((ended[shown] > 0).all())
+            recording[0] = recording[0] and not bool((ended[shown] > 0).all())
             if progress is not None:
                 progress(int(counted.sum()))
-        if bool((ended >= quota).all()):
-            break
+        return bool((ended >= quota).all())
+
+    run_steps(env, env.reset(seed=seed), act, record, limit)
     if video_path is not None and frames:
         import imageio.v2 as imageio
 

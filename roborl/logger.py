@@ -1,6 +1,7 @@
 """TensorBoard scalars and a console progress bar."""
 from __future__ import annotations
 
+import types
 from pathlib import Path
 
 from torch.utils.tensorboard import SummaryWriter
@@ -24,3 +25,18 @@ class Logger:
     def close(self) -> None:
         self.bar.close()
         self.writer.close()
+
+
+class SilentLogger:
+    """The logger of learners other than rank 0: rank 0 alone writes TensorBoard scalars and the console."""
+
+    bar = types.SimpleNamespace(write=lambda text: None)
+
+    def scalars(self, prefix: str, values: dict[str, float], step: int) -> None:
+        pass
+
+    def advance(self, steps: int, postfix: dict[str, float]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
+from roborl.errors import UserError
 from roborl.ray_workers import WorkerPool
-from sim.vec_env import Obs, VecEnv
+from roborl.sim.vec_env import Obs, VecEnv
 
 
 def concat(parts: list[Any]) -> Any:
@@ -64,7 +65,19 @@ class RayVecEnv(VecEnv):
         self.label_names, self.reward_term_names = d["label_names"], d["reward_term_names"]
         self.max_episode_steps, self.control_dt = d["max_episode_steps"], d["control_dt"]
         self._action_scaling = d["action_scaling"]
+        self._group_resets = d["supports_group_resets"]
         self.last_obs: list[Obs] = []
+
+    @property
+    def supports_group_resets(self) -> bool:
+        return self._group_resets
+
+    def set_group_size(self, group_size: int) -> None:
+        """Every worker's envs start groups alike; a group may not straddle two workers."""
+        if self.sizes[0] % group_size:
+            raise UserError(f"the group size ({group_size}) must divide each Ray env worker's share of the envs "
+                            f"({self.sizes[0]} = env.num_envs / resources.env_workers)")
+        self.pool.call("set_group_size", [(group_size,)] * len(self.sizes))
 
     def action_scaling(self) -> dict[str, list]:
         return self._action_scaling

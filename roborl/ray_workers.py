@@ -1,4 +1,6 @@
-"""Ray env workers: actors that each own a VecEnv shard and, collocated, a copy of the policy.
+"""Ray env workers: actors that each own a VecEnv shard and, collocated, a copy of the policy and of the
+algorithm's collection (`Algorithm.collect`, then `rollout_part`), so the data they return is what the
+learner's own `collect` would have gathered from those envs.
 
 `WorkerPool` starts `resources.env_workers` of them with the Ray resources the config asks for
 (placement), sends them the learner's weights, collects their rollouts synchronously or with up to
@@ -16,13 +18,11 @@ from typing import Any
 
 import torch
 
-from roborl.buffer import RolloutBuffer
+from roborl.algos import make_algorithm
 from roborl.builder import make_policy, make_run_env, resolve_device
-from roborl.compiling import maybe_compile
-from roborl.config import Config
-from roborl.distributed import SEED_STRIDE  # worker i: train.seed + (i + 1)·SEED_STRIDE
+from roborl.collect import EpisodeLog
+from roborl.config import SEED_STRIDE, Config
 from roborl.errors import UserError
-from roborl.rollout import collect, record_episodes
 
 RESTART_SEED = 7919  # a replacement worker adds this per replacement, so it does not replay the dead one
 
@@ -69,10 +69,14 @@ class EnvWorker:
         self.policy: torch.nn.Module | None = None
         self.version = -1
         self.obs: dict | None = None
-        self.buffer: RolloutBuffer | None = None
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def describe(self) -> dict:
         """What the learner needs to know of the envs: spaces, limits, scaling."""
@@ -80,7 +84,11 @@ class EnvWorker:
         return {"observation_space": e.observation_space, "action_space": e.action_space,
                 "label_names": e.label_names, "reward_term_names": e.reward_term_names,
                 "max_episode_steps": e.max_episode_steps, "control_dt": e.control_dt,
-                "action_scaling": e.action_scaling(), "resources": ray_resources()}
+                "action_scaling": e.action_scaling(), "resources": ray_resources(),
+                "supports_group_resets": e.supports_group_resets}
+
+    def set_group_size(self, group_size: int) -> None:
+        self.env.set_group_size(group_size)
 
     def reset(self, seed: int | None, options: dict | None = None) -> dict:
         self.obs = self.env.reset(seed=seed, **({"options": options} if options else {}))
@@ -96,35 +104,17 @@ class EnvWorker:
             c = self.cfg
             self.policy = make_policy(c.policy, self.env, c.env.action_chunk, c.residual,
                                       cost_critic=c.algo.cost_limit is not None).to(self.device)
-            self.act = maybe_compile(self.policy.act, c.resources.compile,
-                                     cuda_graphs=c.resources.cuda_graphs and self.device.type == "cuda")
+            self.algo = make_algorithm(c, self.policy, self.env, self.device)
         if version != self.version:
             self.policy.load_state_dict(weights)
             self.version = version
 
     def rollout(self, weights: dict[str, torch.Tensor], version: int) -> dict:
-        """`train.rollout_steps` steps with the policy of `version`, from where the last one stopped."""
+        """One iteration's data with the policy of `version`, from where the last one stopped."""
         self.load(weights, version)
-        c = self.cfg
-        if self.buffer is None:
-            self.buffer = RolloutBuffer(c.train.rollout_steps, self.env.num_envs, self.device)
-        b = self.buffer
-        episodes: dict[str, list[float]] = {"return": [], "success": []}
-        violations = [0.0]
-
-        def record(info: dict) -> None:
-            violations[0] += record_episodes(episodes, info)
-
-        safe = c.algo.cost_limit is not None
-        self.obs = collect(self.policy, self.env, b, self.obs, self.act, c.algo.gamma, record, safe)
-        with torch.no_grad():
-            last_value = self.policy.value(self.obs)
-            last_cost_value = self.policy.cost_value(self.obs) if safe else None
-        b.step = 0
-        return {"obs": b.obs, "actions": b.actions, "log_probs": b.log_probs, "values": b.values,
-                "extras": b.extras, "rewards": b.rewards, "dones": b.dones, "costs": b.costs,
-                "cost_values": b.cost_values, "last_obs": self.obs, "last_value": last_value,
-                "last_cost_value": last_cost_value, "episodes": episodes, "violations": violations[0],
+        log = EpisodeLog()
+        self.obs = self.algo.collect(self.env, self.obs, log)
+        return {**self.algo.rollout_part(self.obs), "episodes": log.values, "violations": log.violations,
                 "version": version}
 
     def close(self) -> None:
@@ -173,7 +163,33 @@ class WorkerPool:
         return seed + (i + 1) * SEED_STRIDE + RESTART_SEED * self.replacements[i]
 
     def start(self, i: int) -> Any:
-        return self.actor_class.remote(self.shard, self.seed_of(i, self.cfg.train.seed))
+        """Worker i, on the node `resources.worker_nodes` names for it where that node is alive (a soft
+        preference: a replacement for a worker whose node is gone goes wherever Ray finds room)."""
+        options = {}
+        nodes = self.cfg.resources.worker_nodes
+        if nodes:
+            label = nodes[i % len(nodes)]
+            node = self.node_with(label)
+            if node is None and not self.replacements[i]:
+                raise UserError(f"resources.worker_nodes: no live Ray node has the custom resource '{label}'; "
+                                f"start one with `ray start --address ... --resources '{{\"{label}\": 1}}'` "
+                                "or leave worker_nodes empty")
+            if node is not None:
+                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+        return self.actor_class.options(**options).remote(self.shard, self.seed_of(i, self.cfg.train.seed))
+
+    def node_with(self, resource: str) -> str | None:
+        """The id of a live Ray node that has the custom resource `resource`."""
+        for node in self.ray.nodes():
+            if node["Alive"] and resource in node["Resources"]:
+                return node["NodeID"]
+        return None
+
+    def nodes(self) -> list[str]:
+        """The Ray node each worker runs on."""
+        return self.ray.get([w.node.remote() for w in self.workers])
 
     def pids(self) -> list[int]:
         return self.ray.get([w.pid.remote() for w in self.workers])

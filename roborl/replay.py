@@ -48,3 +48,17 @@ class ReplayBuffer:
 
     def __len__(self) -> int:
         return self.size
+
+    def state_dict(self) -> dict:
+        """The filled part of the ring (in ring order) and its write position, for checkpoints."""
+        return {"pos": self.pos, "size": self.size, "data": {k: v[:self.size] for k, v in self.data.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["size"] > self.capacity:
+            raise ValueError(f"the checkpoint's replay holds {state['size']} transitions, more than "
+                             f"sac.buffer_size ({self.capacity})")
+        self.data = {}
+        for key, value in state["data"].items():
+            self.data[key] = torch.zeros((self.capacity, *value.shape[1:]), dtype=value.dtype, device=self.device)
+            self.data[key][:len(value)] = value.to(self.device)
+        self.pos, self.size = state["pos"], state["size"]

@@ -7,7 +7,7 @@ numpy only, and a fixed generator seed, so that the same scores always give the 
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

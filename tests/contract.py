@@ -1,7 +1,7 @@
-"""The VecEnv contract of DESIGN.md as reusable assertions (used for every backend)."""
+"""The VecEnv contract (docs/architecture.md) as reusable assertions (used for every backend)."""
 import torch
 
-import sim
+from roborl import sim
 
 
 def check_vecenv_contract(env: sim.VecEnv, steps: int) -> None:

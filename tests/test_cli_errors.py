@@ -7,7 +7,7 @@ from helpers import ROOT, roborl
 from roborl.checkpoint import Checkpoint
 from roborl.config import load_config
 from roborl.errors import UserError
-from roborl.off_policy import make_trainer
+from roborl.runner import Runner
 
 REACH = str(ROOT / "configs" / "ppo_reach.yaml")
 
@@ -85,7 +85,7 @@ def test_missing_video_writer_is_refused_before_the_run_starts(tmp_path, monkeyp
                         lambda name, *a: None if name == "imageio_ffmpeg" else find_spec(name, *a))
     cfg = load_config(REACH, [f"train.run_dir={tmp_path}", "train.name=novideo"])
     with pytest.raises(UserError, match=r"pip install imageio-ffmpeg .*train\.video=false") as err:
-        make_trainer(cfg)
+        Runner(cfg)
     assert "\n" not in str(err.value)
     assert not (tmp_path / "novideo").exists()
     assert importlib.util.find_spec("imageio_ffmpeg") is None  # the patch is what the trainer saw

@@ -51,8 +51,8 @@ def test_missing_and_broken_files(tmp_path):
 
 def test_reading_a_config_does_not_import_the_policy_models():
     """A config error is reported before diffusers, transformers and the models load (seconds saved)."""
-    code = ("import sys, roborl.config; heavy = [m for m in ('diffusers', 'transformers', 'policies.diffusion') "
-            "if m in sys.modules]; assert not heavy, heavy; from policies import FlowPolicy; "
-            "assert 'policies.flow' in sys.modules")
+    code = ("import sys, roborl.config; heavy = [m for m in ('diffusers', 'transformers', 'roborl.policies.diffusion') "
+            "if m in sys.modules]; assert not heavy, heavy; from roborl.policies import FlowPolicy; "
+            "assert 'roborl.policies.flow' in sys.modules")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-500:]

@@ -5,8 +5,8 @@ import json
 import h5py
 import pytest
 import torch
-
 from helpers import ROOT, roborl
+
 from roborl.demos import load_demos, record_demos
 from roborl.errors import UserError
 

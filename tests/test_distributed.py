@@ -7,15 +7,16 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 import yaml
-
 from helpers import ROOT, roborl
-from policies import GaussianActorCritic
+
 from roborl import compiling
+from roborl.algos.advantages import gae
 from roborl.algos.ppo import PPO, take
-from roborl.buffer import RolloutBuffer, gae
+from roborl.buffer import RolloutBuffer
 from roborl.compiling import maybe_compile
 from roborl.config import PPOConfig
-from roborl.distributed import DistributedPPO, free_port
+from roborl.learners import LearnerComm, free_port
+from roborl.policies import GaussianActorCritic
 
 REACH = str(ROOT / "configs" / "ppo_reach.yaml")
 
@@ -26,7 +27,7 @@ def rollout_batch() -> tuple[GaussianActorCritic, dict]:
     torch.manual_seed(0)
     policy = GaussianActorCritic(5, 2, [16, 16])
     buf = RolloutBuffer(8, 4, torch.device("cpu"))
-    for t in range(8):
+    for _t in range(8):
         obs = {"state": torch.randn(4, 5) + torch.tensor([0.0, 0.0, 3.0, 3.0])[:, None]}
         with torch.no_grad():
             act = policy.act(obs)
@@ -54,7 +55,8 @@ def learner(rank: int, port: int) -> None:
         policy, data = rollout_batch()
         cfg = PPOConfig(clip=0.1)
         single = gradients(PPO(copy.deepcopy(policy), cfg), data)
-        shared = gradients(DistributedPPO(policy, cfg), take(data, torch.arange(16 * rank, 16 * (rank + 1))))
+        comm = LearnerComm(torch.device("cpu"))
+        shared = gradients(PPO(policy, cfg, comm=comm), take(data, torch.arange(16 * rank, 16 * (rank + 1))))
         for a, b in zip(shared, single):
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
         alone = gradients(PPO(copy.deepcopy(policy), cfg), take(data, torch.arange(16 * rank, 16 * (rank + 1))))
@@ -62,7 +64,7 @@ def learner(rank: int, port: int) -> None:
         task = torch.arange(32) % 3  # the halves hold the tasks in other proportions
         half = torch.arange(16 * rank, 16 * (rank + 1))
         by_task, std = PPO(policy, cfg).normalize_advantages_by_task(data["advantages"], task)
-        shared_by_task, shared_std = DistributedPPO(policy, cfg).normalize_advantages_by_task(data["advantages"][half],
+        shared_by_task, shared_std = PPO(policy, cfg, comm=comm).normalize_advantages_by_task(data["advantages"][half],
                                                                                              task[half])
         torch.testing.assert_close(shared_by_task, by_task[half])
         torch.testing.assert_close(shared_std, std)

@@ -1,7 +1,7 @@
 import torch
 
-import sim
-from tasks import EXPERTS
+from roborl import sim
+from roborl.tasks import EXPERTS
 
 
 def expert_success(env_id: str, episodes: int = 128, seed: int = 2) -> float:

@@ -1,6 +1,6 @@
 import torch
 
-from roborl.buffer import bootstrap_timeouts, gae
+from roborl.algos.advantages import bootstrap_timeouts, gae
 
 
 def test_gae_matches_hand_computed_example():

@@ -6,11 +6,11 @@ import diffusers
 import pytest
 import torch
 
-from policies import Act, DiffusionPolicy, FlowPolicy
-from policies.flow_rl import noise_std
 from roborl.algos.ppo import PPO
 from roborl.buffer import RolloutBuffer
 from roborl.config import PPOConfig
+from roborl.policies import Act, DiffusionPolicy, FlowPolicy
+from roborl.policies.flow_rl import noise_std
 
 OBS, A, H, K = 6, 3, 4, 2  # obs dim, action dim, predicted horizon, executed actions
 
@@ -121,7 +121,7 @@ def test_flow_sde_log_prob_is_one_sde_step():
 
 
 def test_flow_sde_mean_without_noise_is_the_euler_step():
-    from policies.flow_rl import sde_step
+    from roborl.policies.flow_rl import sde_step
 
     policy = flow("flow_sde", noise_level=0.0)
     x, cond = torch.randn(3, H, A), policy.cond(obs_batch(3))

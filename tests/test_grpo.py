@@ -4,19 +4,12 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from roborl.algos.grpo import (
-    GRPO,
-    clip_active,
-    clipped_surrogate,
-    group_advantages,
-    group_advantages_to_go,
-    informative_groups,
-)
+from roborl.algos.advantages import group_advantages, group_advantages_to_go, informative_groups
+from roborl.algos.grpo import GRPO, Episodes, build_batch_for
+from roborl.algos.ppo import clip_active, clipped_surrogate
 from roborl.config import GRPOConfig, PPOConfig, load_config
 from roborl.errors import UserError
-from roborl.grpo import Episodes, GRPOTrainer, build_batch_for
-from roborl.off_policy import make_trainer
-from roborl.trainer import Trainer
+from roborl.runner import Runner
 
 REWARDS = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0, 0.0, 0.0, 0.0, 3.0])
 
@@ -141,33 +134,32 @@ def test_config_and_trainer_choice(tmp_path):
     with pytest.raises(UserError, match=r"algo.clip_high is PPO's .* grpo.clip_low / grpo.clip_high"):
         load_config(None, ["train.algorithm=grpo", "algo.clip_high=0.28"])
     with pytest.raises(UserError, match="multiple of grpo.group_size"):
-        make_trainer(grpo_cfg(tmp_path, "train.name=a", "env.num_envs=12"))
+        Runner(grpo_cfg(tmp_path, "train.name=a", "env.num_envs=12"))
     with pytest.raises(UserError, match=r"set train.rollout_steps to the episode length \(20\)"):
-        make_trainer(grpo_cfg(tmp_path, "train.name=b", "train.rollout_steps=50"))
-    trainer = make_trainer(grpo_cfg(tmp_path, "train.name=c"))
-    assert isinstance(trainer, GRPOTrainer) and isinstance(trainer, Trainer)
-    assert trainer.env.unwrapped.group_size == 8
-    trainer.env.close()
+        Runner(grpo_cfg(tmp_path, "train.name=b", "train.rollout_steps=50"))
+    runner = Runner(grpo_cfg(tmp_path, "train.name=c"))
+    assert isinstance(runner.algo, GRPO)
+    assert runner.env.unwrapped.group_size == 8
+    runner.env.close()
 
 
 def test_dropped_groups_are_counted(tmp_path):
-    trainer = make_trainer(grpo_cfg(tmp_path, "train.name=d", "grpo.reward=success"))
+    runner = Runner(grpo_cfg(tmp_path, "train.name=d", "grpo.reward=success"))
     rounds = []
-    collect = trainer.collect_round
-    trainer.collect_round = lambda index: rounds.append(collect(index)) or rounds[-1]
-    trainer.episodes = {}
-    stats = trainer.iterate(1)
+    collect = runner.algo.collect_round
+    runner.algo.collect_round = lambda env, index: rounds.append(collect(env, index)) or rounds[-1]
+    runner.obs = runner.env.reset(seed=0)
+    stats, _ = runner.iterate(1)
     reward = rounds[0].outcome["success_once"]
     flat = informative_groups(reward, 8)
     assert stats["groups"] == 4 and stats["groups_dropped"] == int((~flat).sum())
     assert stats["skipped_update"] == float(not flat.any())
-    trainer.env.close()
+    runner.env.close()
 
 
 def test_grpo_learns_language_reach(tmp_path):
     """Outcome reward = the episode's return; the learning curve of rollout returns rises."""
-    trainer = make_trainer(grpo_cfg(tmp_path, "train.name=learn", "grpo.reward=return", "train.total_steps=14080"))
-    trainer.train()
+    Runner(grpo_cfg(tmp_path, "train.name=learn", "grpo.reward=return", "train.total_steps=14080")).train()
     acc = EventAccumulator(str(tmp_path / "learn" / "tb"))
     acc.Reload()
     returns = [e.value for e in acc.Scalars("rollout/return")]

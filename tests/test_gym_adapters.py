@@ -1,13 +1,15 @@
 import numpy as np
 import pytest
 import torch
+from contract import check_vecenv_contract
 from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode
 
-import sim
-import tasks  # noqa: F401
-from contract import check_vecenv_contract
-from sim.gym_adapters import GymnasiumEnv, GymnasiumVectorEnv
+from roborl import (
+    sim,
+    tasks,  # noqa: F401
+)
+from roborl.sim.gym_adapters import GymnasiumEnv, GymnasiumVectorEnv
 
 
 @pytest.mark.parametrize("env_id", ["mujoco/Reach", "mujoco/PickPlace"])
@@ -21,7 +23,7 @@ def test_vector_adapter_follows_gymnasium_vector_api():
     assert venv.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
     obs, info = venv.reset(seed=1)
     assert venv.observation_space.contains(obs.astype(np.float32))
-    for t in range(4):
+    for _t in range(4):
         obs, reward, term, trunc, info = venv.step(venv.action_space.sample())
         assert obs.shape == venv.observation_space.shape and reward.shape == (3,)
         assert term.dtype == bool and trunc.dtype == bool

@@ -7,8 +7,8 @@ import torch
 from helpers import ROOT, roborl
 from test_cli_errors import assert_one_line_error
 
-import sim
-from sim.isaaclab_env import NOT_INSTALLED, policy_state, split_dones, to_task_action
+from roborl import sim
+from roborl.sim.isaaclab_env import NOT_INSTALLED, policy_state, split_dones, to_task_action
 
 CARTPOLE = "isaaclab/Isaac-Cartpole-Direct-v0"
 missing = pytest.mark.skipif(importlib.util.find_spec("isaaclab") is not None, reason="Isaac Lab is installed")

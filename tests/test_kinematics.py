@@ -2,8 +2,8 @@ import mujoco
 import numpy as np
 import torch
 
-from sim.kinematics import SerialChain
-from tasks.arm import ASSETS
+from roborl.sim.kinematics import SerialChain
+from roborl.tasks.arm import ASSETS
 
 
 def test_forward_and_jacobian_match_mujoco():

@@ -5,11 +5,10 @@ import pytest
 import torch
 from contract import check_vecenv_contract
 
-import sim
-import tasks
+from roborl import sim, tasks
 from roborl.demos import load_demos, record_demos
-from tasks.language import TASK_NAMES, all_instructions
-from tasks.multitask_experts import LangTabletopExpert
+from roborl.tasks.language import TASK_NAMES, all_instructions
+from roborl.tasks.multitask_experts import LangTabletopExpert
 
 ARM_STATE = 18  # joints, joint velocities, gripper, TCP (tasks/arm.py ARM_OBS)
 
@@ -149,7 +148,7 @@ def test_demos_keep_instructions_and_images(tmp_path):
 
 
 def test_fixed_layout_keeps_each_object_near_its_place_and_the_expert_solves_it():
-    from tasks.multitask_tabletop import FIXED_JITTER, LAYOUT_BALLS, LAYOUT_CUBES
+    from roborl.tasks.multitask_tabletop import FIXED_JITTER, LAYOUT_BALLS, LAYOUT_CUBES
 
     env = sim.make("mujoco/LangTabletopFixed-ReachPushLift", 32, obs_mode="state", episode_length=60, seed=1)
     obs = env.reset(seed=1)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-import sim
-from sim.libero_env import LiberoVecEnv
+from roborl import sim
+from roborl.sim.libero_env import LiberoVecEnv
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_full_episode_to_the_suite_step_limit(state_env):
     assert env.init_state.tolist() == [0, 1]  # two envs on one task share its init states 0, 1, 2, ...
     first = obs["state"].clone()
     g = torch.Generator().manual_seed(0)
-    for t in range(1, env.max_episode_steps + 1):
+    for t in range(1, env.max_episode_steps + 1):  # noqa: B007 (t is read after the loop)
         obs, reward, term, trunc, info = env.step(torch.rand(2, 7, generator=g) * 2 - 1)
         assert torch.isfinite(obs["state"]).all() and info["success"].dtype == torch.bool
         done = term | trunc

@@ -4,8 +4,8 @@ import pytest
 import torch
 from contract import check_vecenv_contract
 
-import sim
-from sim.maniskill_env import ManiSkillVecEnv
+from roborl import sim
+from roborl.sim.maniskill_env import ManiSkillVecEnv
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +91,7 @@ def test_rgb_observations_and_render():
 
 
 def test_missing_mani_skill_is_a_one_line_error(monkeypatch):
-    monkeypatch.setattr("sim.maniskill_env.importlib.util.find_spec", lambda name: None)
+    monkeypatch.setattr("roborl.sim.maniskill_env.importlib.util.find_spec", lambda name: None)
     with pytest.raises(sim.SimError, match=r"pip install -e '\.\[maniskill\]'") as err:
         sim.make("maniskill/PushCube-v1", 1)
     assert "\n" not in str(err.value)

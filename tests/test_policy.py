@@ -2,12 +2,14 @@ import math
 
 import torch
 
-import sim
-import tasks  # noqa: F401
-from policies import GaussianActorCritic, RunningNormalizer
+from roborl import (
+    sim,
+    tasks,  # noqa: F401
+)
 from roborl.algos.ppo import PPO
 from roborl.buffer import RolloutBuffer
 from roborl.config import PPOConfig
+from roborl.policies import GaussianActorCritic, RunningNormalizer
 
 
 def test_log_prob_is_the_gaussian_closed_form():

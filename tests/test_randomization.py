@@ -8,13 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-import sim
-import tasks  # noqa: F401
+from roborl import (
+    sim,
+    tasks,  # noqa: F401
+)
 from roborl.builder import make_env
 from roborl.config import load_config
 from roborl.errors import UserError
-from sim.randomization import Randomization
-from tasks.arm import ASSETS
+from roborl.sim.randomization import Randomization
+from roborl.tasks.arm import ASSETS
 
 FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
 PHYSICS = dict(object_mass=[0.5, 2.0], friction=[0.3, 1.2], damping=[0.7, 1.3], actuator_gain=[0.7, 1.3])

@@ -11,15 +11,14 @@ import torch
 from contract import check_vecenv_contract
 from helpers import ROOT, roborl
 
-from policies import GaussianActorCritic
-from roborl.algos.ppo import PPO
+from roborl.algos.ppo import PPO, correct_off_policy
 from roborl.buffer import RolloutBuffer
 from roborl.config import PPOConfig, load_config
-from roborl.off_policy import make_trainer
-from roborl.ray_trainer import RayTrainer, correct_off_policy
+from roborl.policies import GaussianActorCritic
+from roborl.ray_collector import RayCollector
 from roborl.ray_vec_env import RayVecEnv
 from roborl.ray_workers import WorkerPool
-from roborl.trainer import Trainer
+from roborl.runner import Runner
 
 REACH = str(ROOT / "configs" / "ppo_reach.yaml")
 QUIET = ["train.video=false", "train.progress=false", "train.eval_episodes=32"]
@@ -33,9 +32,9 @@ def local_cluster():
     ray.shutdown()
 
 
-def train(tmp_path, name: str, *overrides: str) -> tuple[Trainer, dict]:
+def train(tmp_path, name: str, *overrides: str) -> tuple[Runner, dict]:
     cfg = load_config(REACH, [f"train.run_dir={tmp_path}", f"train.name={name}", *QUIET, *overrides])
-    trainer = make_trainer(cfg)
+    trainer = Runner(cfg)
     return trainer, trainer.train()
 
 
@@ -47,7 +46,7 @@ def test_two_env_workers_learn_like_one_process(tmp_path, local_cluster):
                                 "learner inference": ["resources.inference=learner"]}.items()}
     assert single["success_rate"] >= 0.8, single
     for mode, (trainer, summary) in runs.items():
-        assert isinstance(trainer, RayTrainer)
+        assert isinstance(trainer.collector, RayCollector)
         assert summary["env_steps"] == single["env_steps"] == 48000, mode
         assert summary["success_rate"] >= 0.8 and abs(summary["success_rate"] - single["success_rate"]) <= 0.2, \
             (mode, summary["success_rate"], single["success_rate"])
@@ -61,8 +60,8 @@ def test_two_env_workers_learn_like_one_process(tmp_path, local_cluster):
 def test_a_killed_worker_is_replaced_and_the_run_finishes(tmp_path, local_cluster, mode):
     cfg = load_config(REACH, [f"train.run_dir={tmp_path}", "train.name=kill", *QUIET, "train.total_steps=16000",
                               "train.eval_every=100", "resources.env_workers=2", *mode])
-    trainer = make_trainer(cfg)
-    victim = trainer.pool.pids()[0]
+    trainer = Runner(cfg)
+    victim = trainer.collector.pool.pids()[0]
     killed = threading.Event()
 
     def kill_at_iteration_2() -> None:
@@ -155,3 +154,40 @@ def test_bad_ray_settings_are_one_line_errors(overrides, message):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and lines[-1].startswith(f"roborl: error: {message}"), proc.stderr[-1500:]
     assert len([line for line in lines if not line.startswith("20")]) == 1, proc.stderr  # only Ray's own log lines
+
+
+def test_sac_and_grpo_train_with_env_workers(tmp_path, local_cluster):
+    """SAC with 2 Ray env workers (learner-side inference) fixes the biased Reach base as one process does on
+    the same budget; GRPO's group resets reach the workers (each group lies in one worker's shard); an
+    algorithm that collects in the learner is refused with collocated inference, in one line."""
+    import yaml
+    from test_residual import BIASED_REACH, SAC_REACH
+
+    from roborl.errors import UserError
+
+    path = tmp_path / "sac.yaml"
+    path.write_text(yaml.safe_dump(BIASED_REACH))
+    summaries = {}
+    for name, extra in {"single": [], "workers": ["resources.env_workers=2", "resources.inference=learner"]}.items():
+        cfg = load_config(str(path), [f"train.run_dir={tmp_path}", f"train.name=sac_{name}", *SAC_REACH, *extra])
+        summaries[name] = Runner(cfg).train()
+    single, workers = summaries["single"], summaries["workers"]
+    assert workers["env_steps"] == single["env_steps"] == 8000 and workers["worker_restarts"] == 0
+    assert single["success_rate"] >= 0.8 and workers["success_rate"] >= 0.8, (single, workers)
+    assert abs(workers["success_rate"] - single["success_rate"]) <= 0.2
+
+    with pytest.raises(UserError, match="train.algorithm sac collects in the learner's process, not in Ray env "
+                                        "workers: set resources.inference=learner"):
+        Runner(load_config(str(path), [f"train.run_dir={tmp_path}", "train.name=sac_collocated", *SAC_REACH,
+                                       "resources.env_workers=2"]))
+
+    grpo = Runner(load_config(None, [
+        "env.id=mujoco/LangTabletop-Reach", "env.obs_mode=state", "env.num_envs=32", "env.episode_length=20",
+        "train.rollout_steps=20", "train.algorithm=grpo", "grpo.group_size=8", "policy.hidden=[32]",
+        "train.total_steps=640", "train.eval_every=1000", "train.eval_episodes=8", "train.eval_envs=8",
+        "train.video=false", "train.progress=false", f"train.run_dir={tmp_path}", "train.name=grpo",
+        "resources.env_workers=2", "resources.inference=learner"]))
+    start = grpo.env.reset(seed=0)["state"].view(4, 8, -1)
+    assert torch.equal(start, start[:, :1].expand_as(start)) and len({tuple(g[0].tolist()) for g in start}) == 4
+    summary = grpo.train()
+    assert summary["env_steps"] > 0 and summary["iterations"] == 1

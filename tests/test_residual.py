@@ -1,29 +1,34 @@
 """Residual RL: the composition starts at the base, the base gets no gradient, chunk bookkeeping holds
 across resets, SAC's critic moves toward the Bellman target, and residual PPO / SAC fix a biased base."""
 import json
+import os
 
 import pytest
 import torch
+from helpers import roborl
 from torch.distributions import Normal, TanhTransform, TransformedDistribution
 
-import sim
-import tasks
-from helpers import roborl
-from policies import ResidualPolicy
-from roborl.algos.sac import SAC
+from roborl import sim, tasks
+from roborl.algos.sac import SAC, exploration_prob
 from roborl.builder import build
 from roborl.config import SACConfig, config_from_dict
 from roborl.errors import UserError
-from roborl.off_policy import SACTrainer, make_trainer
+from roborl.policies import ResidualPolicy
 from roborl.replay import ReplayBuffer
-from sim.base_action import BaseActionEnv
-from tasks.expert import ImperfectExpert
+from roborl.runner import Runner
+from roborl.sim.base_action import BaseActionEnv
+from roborl.tasks.expert import ImperfectExpert
 
 # A biased Reach expert (≈ 0% success: it stops 4 cm off the goal); residual.scale 1 can cancel the bias.
 BIASED_REACH = {"env": {"id": "mujoco/Reach", "num_envs": 32},
                 "policy": {"kind": "residual", "hidden": [64, 64]},
                 "residual": {"base": "expert", "base_bias": [1.0, 1.0, 0.0, 0.0], "scale": 1.0},
                 "train": {"progress": False, "video": False, "eval_episodes": 32, "device": "cpu"}}
+
+
+SAC_REACH = ["train.algorithm=sac", "policy.activation=relu", "env.num_envs=8", "train.total_steps=8000",
+             "train.rollout_steps=50", "train.eval_every=4", "sac.seed_steps=800", "sac.progressive_steps=1600",
+             "sac.utd_ratio=0.5"]
 
 
 def test_residual_starts_exactly_at_the_base():
@@ -73,7 +78,8 @@ def test_gradients_never_reach_the_base(tmp_path):
     cfg = config_from_dict({"env": {"id": "mujoco/Reach", "num_envs": 8}, "policy": {"kind": "residual", "hidden": [32]},
                             "residual": {"base": str(path), "scale": 0.2}, "train": {"device": "cpu"}})
     env, policy = build(cfg, torch.device("cpu"))
-    assert env.execute == 2 and env.observation_space["state"].shape[0] == 2 * sim.make("mujoco/Reach", 1).observation_space["state"].shape[0]
+    single = sim.make("mujoco/Reach", 1).observation_space["state"].shape[0]
+    assert env.execute == 2 and env.observation_space["state"].shape[0] == 2 * single
     base = env.base.__closure__[0].cell_contents  # the frozen flow policy inside the base callable
     before = {k: v.clone() for k, v in base.state_dict().items()}
     obs = env.reset(seed=0)
@@ -193,12 +199,7 @@ def test_replay_buffer_wraps_and_keeps_final_obs():
 def test_progressive_exploration_schedule():
     cfg = config_from_dict({**BIASED_REACH, "train": {**BIASED_REACH["train"], "algorithm": "sac", "run_dir": "/tmp/unused"},
                             "sac": {"seed_steps": 100, "progressive_steps": 1000}})
-    trainer = SACTrainer.__new__(SACTrainer)
-    trainer.cfg = cfg
-    probs = []
-    for collected in (0, 99, 100, 600, 1100, 5000):
-        trainer.collected = collected
-        probs.append(trainer.exploration_prob())
+    probs = [exploration_prob(cfg.sac, collected) for collected in (0, 99, 100, 600, 1100, 5000)]
     assert probs == [0.0, 0.0, 0.0, 0.5, 1.0, 1.0]
 
 
@@ -215,12 +216,12 @@ def test_residual_config_errors(tmp_path):
         with pytest.raises(UserError, match=message):
             build(config_from_dict(data), torch.device("cpu"))
     with pytest.raises(UserError, match="sac trains residual policies"):
-        make_trainer(config_from_dict({"train": {"algorithm": "sac", "run_dir": str(tmp_path)}}))
+        Runner(config_from_dict({"train": {"algorithm": "sac", "run_dir": str(tmp_path)}}))
     with pytest.raises(UserError, match="sac.crm needs a reward machine"):
-        make_trainer(config_from_dict({**BIASED_REACH, "train": {"algorithm": "sac", "run_dir": str(tmp_path)},
+        Runner(config_from_dict({**BIASED_REACH, "train": {"algorithm": "sac", "run_dir": str(tmp_path)},
                                        "sac": {"crm": True}}))
     with pytest.raises(UserError, match="available: ppo, sac"):
-        make_trainer(config_from_dict({"train": {"algorithm": "td3"}}))
+        Runner(config_from_dict({"train": {"algorithm": "td3"}}))
 
 
 def _run(tmp_path, name, overrides):
@@ -241,8 +242,58 @@ def test_residual_ppo_fixes_a_biased_base(tmp_path):
 
 
 def test_residual_sac_fixes_a_biased_base(tmp_path):
-    s = _run(tmp_path, "sac", ["train.algorithm=sac", "policy.activation=relu", "env.num_envs=8",
-                               "train.total_steps=8000", "train.rollout_steps=50", "train.eval_every=4",
-                               "sac.seed_steps=800", "sac.progressive_steps=1600", "sac.utd_ratio=0.5"])
+    s = _run(tmp_path, "sac", SAC_REACH)
     base_success, final = s["eval_history"][0][2], s["success_rate"]
     assert base_success <= 0.2 and final >= 0.8, s["eval_history"]
+
+
+def test_sac_resumed_after_sigkill_continues_from_its_checkpoint(tmp_path):
+    """SAC killed mid-run: `resume=` restores the critics, target critics, temperature, optimizers, replay
+    and counters exactly, and the resumed run finishes the budget and fixes the biased base."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+    from helpers import ROOT
+    from test_training import checkpoint_iteration
+
+    from roborl.checkpoint import Checkpoint
+    from roborl.config import load_config
+
+    path = tmp_path / "sac.yaml"
+    path.write_text(yaml.safe_dump(BIASED_REACH))
+    last = tmp_path / "sac" / "checkpoints" / "last.safetensors"
+    proc = subprocess.Popen([sys.executable, "-m", "roborl.cli", "train", str(path), f"train.run_dir={tmp_path}",
+                             "train.name=sac", "train.save_every=1", *SAC_REACH], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while checkpoint_iteration(last) < 6 and time.time() < deadline:  # seeding ended at iteration 2
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    ckpt = Checkpoint(last)
+    killed_at = ckpt.trainer_state["iteration"]
+    assert 6 <= killed_at < 20, killed_at
+    state = ckpt.algo_state
+    assert state["updates"] > 0 and state["replay"]["size"] == killed_at * 400 == state["collected"]
+
+    runner = Runner(load_config(None, [f"resume={last}", "train.progress=false"]))
+    sac = runner.algo
+    assert runner.iteration == killed_at and runner.env_steps == killed_at * 400
+    for name, value in sac.critic.state_dict().items():
+        assert torch.equal(value, state["critic"][name]), name
+    for name, value in sac.target.state_dict().items():
+        assert torch.equal(value, state["target"][name]), name
+    assert torch.equal(sac.log_alpha.detach(), state["log_alpha"]) and sac.updates == state["updates"]
+    assert len(sac.replay) == state["replay"]["size"] and sac.replay.pos == state["replay"]["pos"]
+    torch.testing.assert_close(sac.replay.data["action"][:len(sac.replay)], state["replay"]["data"]["action"])
+    assert sac.critic_opt.state_dict()["state"][0]["exp_avg"].equal(state["critic_opt"]["state"][0]["exp_avg"])
+    runner.collector.close()
+
+    done = roborl("train", f"resume={last}", "train.progress=false", timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((tmp_path / "sac" / "summary.json").read_text())
+    assert summary["env_steps"] == 8000 and summary["iterations"] == 20
+    assert summary["success_rate"] >= 0.8, summary["eval_history"]

@@ -4,10 +4,9 @@ import itertools
 
 import pytest
 import torch
-
-import sim
-import tasks
 from helpers import ROOT
+
+from roborl import sim, tasks
 from roborl.builder import make_env
 from roborl.config import config_from_dict
 from roborl.errors import UserError
@@ -56,7 +55,8 @@ def test_three_syntaxes_give_the_same_machine():
     assert not wrong.equivalent(ltl, ["a", "b"])  # a and b in the same step: LTLf accepts, this one waits
     # with a failing terminal state (our text extension: a bracketed line of failing states)
     until_text = RewardMachine.from_text("0\n[1, 2]\n[2]\n(0,1,'goal',1)\n(0,2,'bad & !goal',0)")
-    until_builder = RMBuilder("s").edge("s", "win", "goal", 1).edge("s", "lose", "bad & !goal").accepting("win").failing("lose").build()
+    until_builder = (RMBuilder("s").edge("s", "win", "goal", 1).edge("s", "lose", "bad & !goal")
+                     .accepting("win").failing("lose").build())
     until_ltl = from_ltlf("!bad U goal")
     assert until_text.equivalent(until_builder, ["bad", "goal"]) and until_text.equivalent(until_ltl, ["bad", "goal"])
     assert until_ltl.failing and until_ltl.accepting
@@ -167,7 +167,7 @@ def test_machine_ends_episodes_the_task_would_not_end():
     """F(at_a) accepts on touching A, long before the task's own end (all three targets)."""
     env, expert = sequence_env(4, from_ltlf("F(at_a)"))
     obs = env.reset(seed=0)
-    for t in range(60):
+    for _t in range(60):
         obs, reward, term, trunc, info = env.step(expert.act(obs))
         expert.reset(term | trunc)
         if term.any():
@@ -237,7 +237,7 @@ def test_reward_machine_config_errors(tmp_path):
 def test_sac_with_crm_stores_every_machine_state(tmp_path):
     """Residual SAC on Sequence with the machine: each env step adds one transition per non-terminal
     machine state, the observed one among them."""
-    from roborl.off_policy import make_trainer
+    from roborl.runner import Runner
 
     cfg = config_from_dict({
         "env": {"id": "mujoco/Sequence", "num_envs": 4, "rm": {"machine": str(SEQUENCE_RM), "shaping_gamma": 0.9}},
@@ -245,9 +245,9 @@ def test_sac_with_crm_stores_every_machine_state(tmp_path):
         "train": {"algorithm": "sac", "total_steps": 40, "rollout_steps": 10, "eval_every": 100, "eval_episodes": 4,
                   "eval_at_start": False, "progress": False, "video": False, "run_dir": str(tmp_path), "device": "cpu"},
         "sac": {"crm": True, "seed_steps": 0, "batch_size": 8}})
-    trainer = make_trainer(cfg)
+    trainer = Runner(cfg)
     trainer.train()
-    replay = trainer.replay
+    replay = trainer.algo.replay
     assert len(replay) == 3 * 40  # 3 non-terminal machine states × 40 env steps
     onehots = replay.data["obs.state"][:len(replay), -4:]
     assert (onehots.sum(-1) == 1).all() and (onehots[:, :3].sum(0) == 40).all()
@@ -257,9 +257,8 @@ def test_sac_with_crm_stores_every_machine_state(tmp_path):
 def test_ppo_with_the_machine_progresses_through_it(tmp_path):
     """A short real run: within 64k env steps PPO with the machine's state and shaping gets episodes
     well past the first target (mean final machine state), from about 0 at the start."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     from helpers import roborl
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     proc = roborl("train", str(ROOT / "configs" / "rm_sequence.yaml"), f"train.run_dir={tmp_path}", "train.name=rm",
                   "train.total_steps=64000", "train.eval_every=100", "train.progress=false", "train.video=false")

@@ -3,17 +3,26 @@ its closed form (and the QP solver's answer), no-op when no constraint is active
 TCP never enters a keep-out sphere that an unshielded controller drives into."""
 import pytest
 import torch
+from helpers import ROOT
 
-import sim
-import tasks  # noqa: F401
+from roborl import (
+    sim,
+    tasks,  # noqa: F401
+)
 from roborl.builder import make_env
 from roborl.config import config_from_dict
 from roborl.errors import UserError
-from roborl.shields import (ActionRateShield, JointLimitShield, KeepOutCBF, ShieldChain, SpeedShield, WorkspaceShield,
-                            project_halfspace)
+from roborl.shields import (
+    ActionRateShield,
+    JointLimitShield,
+    KeepOutCBF,
+    ShieldChain,
+    SpeedShield,
+    WorkspaceShield,
+    project_halfspace,
+)
 from roborl.shields.cbf import solve_qps
-from helpers import ROOT
-from tasks.arm import ARM_OBS
+from roborl.tasks.arm import ARM_OBS
 
 ROOT_TASKS = ROOT / "tasks"
 
@@ -41,7 +50,8 @@ def test_workspace_and_speed_shields_always_satisfy_their_limits():
     target = tcp + safe[:, :3] * STEP
     assert (target >= torch.tensor(low) - 1e-6).all() and (target <= torch.tensor(high) + 1e-6).all()
     assert torch.equal(safe[:, 3], action[:, 3])
-    inside = ((tcp + action[:, :3].clamp(-1, 1) * STEP >= torch.tensor(low)) & (tcp + action[:, :3].clamp(-1, 1) * STEP <= torch.tensor(high))).all(-1)
+    target = tcp + action[:, :3].clamp(-1, 1) * STEP
+    inside = ((target >= torch.tensor(low)) & (target <= torch.tensor(high))).all(-1)
     assert intervened[~inside].all() and (action.abs() > 1).any()
     speed = SpeedShield(max_speed=0.5, control_dt=0.05, max_step=STEP)
     safe, intervened, _ = speed(obs_at(tcp), action)
@@ -162,7 +172,7 @@ def run_pick_place_with_drops(shielded: bool, steps: int = 80) -> tuple[torch.Te
     whether the safety automaton of tasks/pick_place_gripper.rm reached its unsafe state (tracked on the
     executed actions by an independent reference), and whether the shield ever intervened."""
     from roborl.rm import RewardMachine
-    from tasks.pick_place import GRIPPER_SAFETY_LABELS, gripper_safety_labels
+    from roborl.tasks.pick_place import GRIPPER_SAFETY_LABELS, gripper_safety_labels
 
     shield_cfg = {"automaton": "roborl.shields.presets:pick_place_gripper"} if shielded else {}
     cfg = config_from_dict({"env": {"id": "mujoco/PickPlace", "shield": shield_cfg}})
@@ -241,12 +251,12 @@ def test_ppo_lagrangian_raises_the_multiplier_and_fits_a_cost_critic(tmp_path):
 
 
 def test_lagrangian_config_errors(tmp_path):
-    from roborl.off_policy import make_trainer
+    from roborl.runner import Runner
 
     cfg = config_from_dict({"env": {"id": "mujoco/Reach", "num_envs": 2}, "algo": {"cost_limit": 1.0},
                             "train": {"total_steps": 100, "rollout_steps": 5, "run_dir": str(tmp_path), "progress": False}})
     with pytest.raises(UserError, match="publishes info\\['cost'\\]"):
-        make_trainer(cfg).train()
+        Runner(cfg).train()
     with pytest.raises(UserError, match="policy.kind gaussian"):
         from roborl.builder import build
         build(config_from_dict({"env": {"id": "mujoco/ReachAvoid"}, "policy": {"kind": "flow"}, "algo": {"cost_limit": 1.0}}),

@@ -8,19 +8,22 @@ import time
 
 import pytest
 import torch
+from helpers import ROOT, roborl
 from safetensors import safe_open
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from helpers import ROOT, roborl
-import roborl.trainer as trainer_module
-from roborl.buffer import gae
+import roborl.collectors as collectors_module
+import roborl.runner as runner_module
+from roborl.algos.advantages import gae
+from roborl.buffer import RolloutBuffer
 from roborl.checkpoint import Checkpoint, save_checkpoint
+from roborl.collect import EpisodeLog
 from roborl.config import load_config
 from roborl.errors import UserError
 from roborl.evaluate import load_for_eval
-from roborl.trainer import Trainer
-from tasks.language import TASK_NAMES
-from tasks.reach import ReachEnv
+from roborl.runner import Runner
+from roborl.tasks.language import TASK_NAMES
+from roborl.tasks.reach import ReachEnv
 
 REACH = str(ROOT / "configs" / "ppo_reach.yaml")
 
@@ -57,6 +60,12 @@ def test_ppo_learns_reach(tmp_path):
     assert json.loads(ev.stdout.strip().splitlines()[-1])["success_rate"] >= 0.8
 
 
+def collect_rollout(runner: Runner) -> RolloutBuffer:
+    """One rollout of the runner's PPO from `runner.obs`, with its advantages."""
+    runner.obs = runner.algo.collect(runner.env, runner.obs, EpisodeLog())
+    return runner.algo.buffer
+
+
 def checkpoint_iteration(path) -> int:
     try:
         with safe_open(str(path), "pt") as f:
@@ -82,11 +91,11 @@ def test_kill_and_resume_continues_the_run(tmp_path):
     assert 5 <= killed_at < 50
 
     # resuming restores weights, optimizer and counters exactly
-    trainer = Trainer(load_config(None, [f"resume={last}", "train.progress=false"]))
+    trainer = Runner(load_config(None, [f"resume={last}", "train.progress=false"]))
     assert trainer.iteration == killed_at and trainer.env_steps == killed_at * 80
     for name, value in trainer.policy.state_dict().items():
         assert torch.equal(value, ckpt.policy_state[name]), name
-    assert trainer.algo.optimizer.state_dict()["state"][0]["exp_avg"].equal(ckpt.optimizer_state["state"][0]["exp_avg"])
+    assert trainer.algo.optimizer.state_dict()["state"][0]["exp_avg"].equal(ckpt.algo_state["optimizer"]["state"][0]["exp_avg"])
     trainer.env.close()
 
     done = roborl("train", f"resume={last}", "train.progress=false")
@@ -124,7 +133,7 @@ def test_same_seed_same_training(tmp_path):
                                   "env.num_envs=8", "train.rollout_steps=10", "train.total_steps=800",
                                   "train.eval_every=1000", "train.eval_episodes=8", "train.video=false",
                                   "train.progress=false"])
-        trainer = Trainer(cfg)
+        trainer = Runner(cfg)
         trainer.train()
         return trainer.policy.state_dict()
 
@@ -138,7 +147,7 @@ def test_anneal_lr_decays_the_policy_lr_linearly(tmp_path):
                               "train.rollout_steps=4", "train.total_steps=128", "train.eval_every=100",
                               "train.eval_episodes=2", "train.eval_envs=2", "train.video=false",
                               "train.progress=false", "algo.anneal_lr=true", "algo.lr=0.001"])
-    Trainer(cfg).train()
+    Runner(cfg).train()
     lrs = [v for _, v in scalars(tmp_path / "anneal", "train/lr")]
     assert torch.allclose(torch.tensor(lrs), torch.tensor([1e-3, 7.5e-4, 5e-4, 2.5e-4]))
 
@@ -148,12 +157,13 @@ def test_one_env_per_process_simulator_is_evaluated_in_its_training_envs(tmp_pat
     training goes on from fresh episodes after each evaluation."""
     monkeypatch.setattr(ReachEnv, "one_per_process", True, raising=False)
     built = []
-    make = trainer_module.make_run_env
-    monkeypatch.setattr(trainer_module, "make_run_env", lambda *a, **k: built.append(a[1]) or make(*a, **k))
+    make = runner_module.make_run_env
+    for module in (runner_module, collectors_module):
+        monkeypatch.setattr(module, "make_run_env", lambda *a, **k: built.append(a[1]) or make(*a, **k))
     cfg = load_config(REACH, [f"train.run_dir={tmp_path}", "train.name=one", "env.num_envs=4",
                               "train.rollout_steps=10", "train.total_steps=120", "train.eval_every=1",
                               "train.eval_episodes=4", "train.video=false", "train.progress=false"])
-    trainer = Trainer(cfg)
+    trainer = Runner(cfg)
     summary = trainer.train()
     assert built == [4], f"envs built: {built}"  # the training envs only
     assert trainer.eval_env is trainer.env and len(summary["eval_history"]) == 3
@@ -166,7 +176,7 @@ def test_task_weights_shape_training_episodes_but_not_evaluation(tmp_path):
                               "env.id=mujoco/LangTabletopFixed-ReachPushLift", "env.obs_mode=state", "env.num_envs=48",
                               "env.task_weights={reach: 0, lift: 0}", "train.eval_episodes=48", "train.eval_envs=48",
                               "train.progress=false"])
-    trainer = Trainer(cfg)
+    trainer = Runner(cfg)
     assert set(trainer.env.reset(seed=0)["task_id"].tolist()) == {TASK_NAMES.index("push")}
     trainer.run_eval(0.0)
     evaluated = trainer.eval_env.reset(seed=0)["task_id"]
@@ -184,9 +194,9 @@ def test_norm_adv_by_task_gives_every_task_unit_advantages(tmp_path):
                               "env.id=mujoco/LangTabletopFixed-ReachPushLift", "env.obs_mode=state", "env.num_envs=24",
                               "env.episode_length=30", "train.rollout_steps=30", "algo.norm_adv_by_task=true",
                               "train.progress=false"])
-    trainer = Trainer(cfg)
-    trainer.obs, trainer.episodes = trainer.env.reset(seed=0), {}
-    buffer = trainer.collect_rollout()
+    trainer = Runner(cfg)
+    trainer.obs = trainer.env.reset(seed=0)
+    buffer = collect_rollout(trainer)
     task, adv = buffer.obs["task_id"].flatten(), buffer.advantages.flatten()
     raw_std = torch.stack([adv[task == k].std() for k in range(3)])
     assert raw_std.max() > 1.5 * raw_std.min()  # the scales one batch-wide std would mix
@@ -198,11 +208,11 @@ def test_norm_adv_by_task_gives_every_task_unit_advantages(tmp_path):
     stats = trainer.algo.update(buffer, torch.Generator().manual_seed(0))
     assert [stats[f"adv_std/task{k}"] for k in range(3)] == pytest.approx(raw_std.tolist(), rel=1e-5)
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.policy.parameters()))
-    reach = Trainer(load_config(REACH, [f"train.run_dir={tmp_path}", "train.name=reach", "train.video=false",
+    reach = Runner(load_config(REACH, [f"train.run_dir={tmp_path}", "train.name=reach", "train.video=false",
                                         "env.num_envs=4", "algo.norm_adv_by_task=true", "train.progress=false"]))
-    reach.obs, reach.episodes = reach.env.reset(seed=0), {}
+    reach.obs = reach.env.reset(seed=0)
     with pytest.raises(UserError, match=r"algo.norm_adv_by_task needs a multi-task env that gives obs\['task_id'\]"):
-        reach.algo.update(reach.collect_rollout())
+        reach.algo.update(collect_rollout(reach))
     with pytest.raises(UserError, match="algo.norm_adv_by_task standardizes PPO's advantages per task: it needs "
                                         "train.algorithm ppo"):
         load_config(REACH, ["algo.norm_adv_by_task=true", "train.algorithm=grpo"])
@@ -215,10 +225,10 @@ def test_ppo_group_resets_center_each_step_on_its_group(tmp_path):
     base = [f"train.run_dir={tmp_path}", "train.video=false", "train.progress=false", "env.obs_mode=state",
             "env.id=mujoco/LangTabletopFixed-ReachPushLift", "env.num_envs=16", "env.episode_length=30",
             "train.rollout_steps=30"]
-    trainer = Trainer(load_config(REACH, [*base, "train.name=groups", "algo.group_size=4"]))
+    trainer = Runner(load_config(REACH, [*base, "train.name=groups", "algo.group_size=4"]))
     assert trainer.env.unwrapped.group_size == 4
-    trainer.episodes = {}
-    buffer = trainer.collect_rollout()
+    trainer.obs = trainer.env.reset(seed=0)
+    buffer = collect_rollout(trainer)
     start = buffer.obs["state"][0].clone()  # the buffer is refilled in place by the next rollout
     first = start.view(4, 4, -1)  # groups × members × features at the episode's start
     assert torch.equal(first, first[:, :1].expand_as(first))
@@ -234,8 +244,8 @@ def test_ppo_group_resets_center_each_step_on_its_group(tmp_path):
     before = [p.detach().clone() for p in trainer.policy.parameters()]
     trainer.algo.update(buffer, torch.Generator().manual_seed(0))
     assert any(not torch.equal(x, y) for x, y in zip(before, trainer.policy.parameters()))
-    trainer.iteration = 1
-    again = trainer.collect_rollout().obs["state"][0]
+    trainer.algo.iteration = 1
+    again = collect_rollout(trainer).obs["state"][0]
     assert not torch.equal(again, start)  # a new draw each iteration
     trainer.env.close()
     with pytest.raises(UserError, match="algo.group_size must be a positive integer"):
@@ -244,7 +254,7 @@ def test_ppo_group_resets_center_each_step_on_its_group(tmp_path):
                                         "train.algorithm ppo"):
         load_config(REACH, ["algo.group_size=4", "train.algorithm=grpo"])
     with pytest.raises(UserError, match=r"env.num_envs \(16\) must be a multiple of algo.group_size \(3\)"):
-        Trainer(load_config(REACH, [*base, "train.name=odd", "algo.group_size=3"]))
+        Runner(load_config(REACH, [*base, "train.name=odd", "algo.group_size=3"]))
     with pytest.raises(UserError, match=r"algo.group_size needs whole episodes per iteration: set "
                                         r"train.rollout_steps to the episode length \(30\)"):
-        Trainer(load_config(REACH, [*base, "train.name=short", "algo.group_size=4", "train.rollout_steps=20"]))
+        Runner(load_config(REACH, [*base, "train.name=short", "algo.group_size=4", "train.rollout_steps=20"]))

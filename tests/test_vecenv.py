@@ -1,10 +1,12 @@
 import numpy as np
 import pytest
 import torch
-
-import sim
-import tasks  # noqa: F401
 from contract import check_vecenv_contract
+
+from roborl import (
+    sim,
+    tasks,  # noqa: F401
+)
 
 
 def test_contract(task_id):

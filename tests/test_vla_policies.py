@@ -13,16 +13,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from policies import Act  # noqa: E402
-from policies.flow_rl import noise_std  # noqa: E402
-from policies.vla.flow_vla import FlowVLAPolicy  # noqa: E402
-from policies.vla.spec import VLASpec  # noqa: E402
-from policies.vla.token_vla import TokenVLAPolicy  # noqa: E402
-from policies.vla.tokenizer import char_tokenizer, load_tokenizer, word_tokenizer  # noqa: E402
 from roborl.algos.ppo import PPO  # noqa: E402
 from roborl.buffer import RolloutBuffer  # noqa: E402
 from roborl.config import PPOConfig, config_from_dict  # noqa: E402
 from roborl.errors import UserError  # noqa: E402
+from roborl.policies import Act  # noqa: E402
+from roborl.policies.flow_rl import noise_std  # noqa: E402
+from roborl.policies.vla.flow_vla import FlowVLAPolicy  # noqa: E402
+from roborl.policies.vla.spec import VLASpec  # noqa: E402
+from roborl.policies.vla.token_vla import TokenVLAPolicy  # noqa: E402
+from roborl.policies.vla.tokenizer import char_tokenizer, load_tokenizer, word_tokenizer  # noqa: E402
 
 STATE, A = 5, 3
 INSTRUCTIONS = ["pick up the red cube", "push the block", "open the drawer", "stack it!"]
@@ -76,7 +76,7 @@ def test_tokenizer_round_trips_an_instruction_offline(tmp_path):
 
 
 def test_word_tokenizer_gives_instruction_words_one_token_and_spells_out_the_rest(tmp_path):
-    from tasks.language import TASK_NAMES, all_instructions
+    from roborl.tasks.language import TASK_NAMES, all_instructions
 
     tok = word_tokenizer(21)
     assert tok.tokenize("Push the RED cube to the robot's left!") == [
@@ -96,7 +96,7 @@ def test_word_tokenizer_gives_instruction_words_one_token_and_spells_out_the_res
 
 def test_the_spec_accepts_exactly_the_tokenizers_that_are_built():
     """`spec.TOKENIZERS` (checked without importing `tokenizers`) names the builders of tokenizer.TOKENIZERS."""
-    from policies.vla import spec, tokenizer
+    from roborl.policies.vla import spec, tokenizer
 
     assert spec.TOKENIZERS == tuple(tokenizer.TOKENIZERS)
     for name in spec.TOKENIZERS:
@@ -527,7 +527,7 @@ def test_backbone_loads_local_checkpoint_directories_offline(tmp_path):
     """The path a real SigLIP / causal-LM checkpoint takes, on tiny ones written with save_pretrained."""
     from transformers import AutoModelForCausalLM, SiglipVisionModel
 
-    from policies.vla.backbone import tiny_language_config, tiny_vision_config
+    from roborl.policies.vla.backbone import tiny_language_config, tiny_vision_config
 
     torch.manual_seed(0)
     SiglipVisionModel(tiny_vision_config(spec(image_size=48))).save_pretrained(tmp_path / "siglip")
@@ -549,8 +549,8 @@ def test_a_paligemma_checkpoint_splits_into_vision_and_language_directories(tmp_
     """pi0's VLM (PaliGemma), tiny: policies.vla.convert writes what vision_path / language_path load."""
     from transformers import GemmaConfig, PaliGemmaConfig, PaliGemmaForConditionalGeneration
 
-    from policies.vla.backbone import tiny_vision_config
-    from policies.vla.convert import split_vlm
+    from roborl.policies.vla.backbone import tiny_vision_config
+    from roborl.policies.vla.convert import split_vlm
 
     torch.manual_seed(0)
     tok = char_tokenizer(32)

@@ -18,7 +18,7 @@ from roborl.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
 from roborl.config import load_config  # noqa: E402
 from roborl.demos import load_demos, record_demos  # noqa: E402
 from roborl.errors import UserError  # noqa: E402
-from roborl.off_policy import make_trainer  # noqa: E402
+from roborl.runner import Runner  # noqa: E402
 
 TASK = "mujoco/LangTabletop-ReachPushLift"
 TINY = ["policy.vla.image_size=32", "policy.vla.vision_hidden=32", "policy.vla.hidden=32", "policy.vla.bins=16",
@@ -73,14 +73,14 @@ def test_sft_lowers_the_demo_loss_and_rl_starts_from_it(kind, demos, tmp_path):
     if kind == "flow_vla":
         rl.append("policy.rl_mode=flow_noise")
     for algorithm in ("ppo", "grpo"):
-        trainer = make_trainer(config(kind, tmp_path, *rl, f"train.algorithm={algorithm}", "grpo.group_size=4",
+        trainer = Runner(config(kind, tmp_path, *rl, f"train.algorithm={algorithm}", "grpo.group_size=4",
                                       f"train.name={algorithm}_{kind}"))
         out = trainer.train()
         assert out["iterations"] == 1 and out["env_steps"] >= 160 and 0 <= out["success_rate"] <= 1, out
         assert all(torch.isfinite(p).all() for p in trainer.policy.parameters())
 
     # residual PPO on the frozen SFT VLA: the VLA runs its chunks inside the env, the residual acts every step
-    trainer = make_trainer(config(kind, tmp_path, "policy.kind=residual", "policy.hidden=[16]", "env.action_chunk=1",
+    trainer = Runner(config(kind, tmp_path, "policy.kind=residual", "policy.hidden=[16]", "env.action_chunk=1",
                                   f"residual.base={best}", "train.rollout_steps=10", "train.total_steps=80",
                                   "algo.epochs=1", "algo.minibatches=2", "train.eval_every=1",
                                   f"train.name=res_{kind}"))
@@ -273,11 +273,11 @@ def test_asymmetric_critic_reads_the_privileged_critic_state_and_starts_fresh_on
         rl = ["env.critic_state=true", "train.rollout_steps=10", "train.total_steps=80", "algo.epochs=1",
               "algo.minibatches=2", "train.eval_every=1", f"train.name=asym_{kind}"]
         mode = ["policy.rl_mode=flow_noise"] if kind == "flow_vla" else []
-        trainer = make_trainer(config(kind, tmp_path, *rl, *mode))
+        trainer = Runner(config(kind, tmp_path, *rl, *mode))
         critic = [p.clone() for p in trainer.policy.critic.parameters()]
         out = trainer.train()
         assert out["iterations"] == 1 and trainer.policy.critic.critic_state_dim > 0
         assert all(not torch.equal(a, b) for a, b in zip(critic, trainer.policy.critic.parameters()))
     with pytest.raises(UserError, match="env.critic_state is read by the VLA value heads only"):
-        make_trainer(config("flow_vla", tmp_path, "env.critic_state=true", "env.obs_mode=state",
+        Runner(config("flow_vla", tmp_path, "env.critic_state=true", "env.obs_mode=state",
                             "policy.kind=gaussian", "env.action_chunk=1"))

@@ -16,13 +16,12 @@ import sys
 import pytest
 import torch
 
-import sim
-import tasks
+from roborl import sim, tasks
 from roborl.builder import make_env
 from roborl.config import EnvConfig
 from roborl.errors import UserError
-from sim.randomization import Randomization
-from tasks.arm import ARM_OBS
+from roborl.sim.randomization import Randomization
+from roborl.tasks.arm import ARM_OBS
 
 needs_warp = pytest.mark.skipif(importlib.util.find_spec("mujoco_warp") is None,
                                 reason="backend warp needs MuJoCo Warp: pip install mujoco-warp")

@@ -2,11 +2,13 @@
 the same env by hand."""
 import torch
 
-import sim
-import tasks  # noqa: F401
-from sim.chunking import ActionChunkEnv
-from sim.history import StateHistoryEnv
-from sim.render import BatchRenderer
+from roborl import (
+    sim,
+    tasks,  # noqa: F401
+)
+from roborl.sim.chunking import ActionChunkEnv
+from roborl.sim.history import StateHistoryEnv
+from roborl.sim.render import BatchRenderer
 
 
 def test_chunked_env_equals_stepping_the_chunk_by_hand():
@@ -17,7 +19,7 @@ def test_chunked_env_equals_stepping_the_chunk_by_hand():
     torch.manual_seed(0)
     obs_raw, obs = raw.reset(seed=5), env.reset(seed=5)
     ends = 0
-    for decision in range(22):
+    for _decision in range(22):
         chunk = torch.rand(N, 6, 4) * 2 - 1  # predicts 6, executes the first 4
         total = torch.zeros(N)
         for k in range(K):
@@ -98,7 +100,8 @@ def test_state_history_stacks_the_last_states_and_restarts_with_each_episode():
         current = obs["state"][:, -D:]
         if step == 5:
             assert info["done"].all()
-            assert torch.equal(info["final_obs"]["state"], torch.cat([*states[-(n - 1):], info["final_obs"]["state"][:, -D:]], -1))
+            final = info["final_obs"]["state"]
+            assert torch.equal(final, torch.cat([*states[-(n - 1):], final[:, -D:]], -1))
             states = [current] * n
         else:
             states = states[1:] + [current]

@@ -13,68 +13,112 @@ GRPO).
 The update is PPO's (epochs, minibatches, gradient clipping, KL early stop: roborl/algos/ppo.py); only
 the loss differs. Batches carry per-row `weights` for the loss aggregation and may carry
 `instruction_ids` into a vocabulary, so that language instructions survive minibatching.
+
+As an algorithm (roborl/algos/base.py) GRPO collects rounds of whole episodes: each round resets all envs
+with groups of `grpo.group_size` consecutive envs sharing one initial state (task, instruction and object
+poses), runs every env until its first episode ends and keeps the steps of that episode. Instructions are
+stored as ids into a vocabulary so that language-conditioned policies see them again in the update.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
 
 import torch
 from torch import nn
 
-from policies.act import Act
+from roborl.algos.advantages import group_advantages, group_advantages_to_go, informative_groups
+from roborl.algos.base import Comm
+from roborl.algos.groups import start_groups_alike
 from roborl.algos.ppo import PPO, clip_active, clipped_surrogate
-from roborl.config import GRPOConfig, PPOConfig
+from roborl.collect import EpisodeLog, Step, run_steps
+from roborl.config import Config, GRPOConfig, PPOConfig
+from roborl.policies.act import Act
+from roborl.sim import VecEnv
 
-if TYPE_CHECKING:
-    from roborl.grpo import EpisodeBatch
+OUTCOMES = {"success": "success_once", "success_at_end": "success_at_end", "return": "return",
+            "return_to_go": "return"}  # groups are kept, and logged, by their episode returns
 
+class Episodes:
+    """One round: per-step tensors (T×N), which steps belong to each env's first episode (`valid`), per env
+    the episode's return, success and length, and the per-step rewards of the first episodes (T×N)."""
 
-def center_in_groups(x: torch.Tensor, group_size: int) -> torch.Tensor:
-    """`x` (T×N, groups of `group_size` consecutive columns) less its group's mean at each step."""
-    g = x.view(len(x), -1, group_size)
-    return (g - g.mean(dim=2, keepdim=True)).reshape(x.shape)
-
-
-def group_advantages(rewards: torch.Tensor, group_size: int, std_normalize: bool = True,
-                     eps: float = 1e-6) -> torch.Tensor:
-    """Per-episode advantages from per-episode rewards (N, groups of `group_size` consecutive rows)."""
-    r = rewards.float().view(-1, group_size)
-    adv = r - r.mean(dim=1, keepdim=True)
-    if std_normalize:
-        adv = adv / (r.std(dim=1, keepdim=True) + eps)
-    return adv.flatten()
+    def __init__(self, steps: list[dict], valid: torch.Tensor, vocab: list[str], outcome: dict[str, torch.Tensor],
+                 rewards: torch.Tensor):
+        self.steps, self.valid, self.vocab, self.outcome, self.rewards = steps, valid, vocab, outcome, rewards
 
 
-def group_advantages_to_go(rewards: torch.Tensor, group_size: int, std_normalize: bool = True,
-                           eps: float = 1e-6) -> torch.Tensor:
-    """Per-step advantages (T×N) from per-step rewards (T×N, zero after an episode's end): the return from
-    step t on, less its group's mean at the same step, over the std of the group's episode returns.
+def collect_episodes(env: VecEnv, act_fn, obs: dict, vocab: list[str], max_decisions: int) -> Episodes:
+    """Runs all envs from `obs` (just reset) until each has ended one episode (or `max_decisions` passed)."""
+    n = env.num_envs
+    alive = torch.ones(n, dtype=torch.bool)
+    outcome = {"return": torch.zeros(n), "success_once": torch.zeros(n), "success_at_end": torch.zeros(n),
+               "length": torch.zeros(n)}
+    index = {s: i for i, s in enumerate(vocab)}
+    steps, valid, rewards = [], [], []
 
-    An action cannot change the rewards before it (REINFORCE's causality), so leaving them out of its
-    advantage removes their noise; the episode-return std keeps GRPO's scale, where a per-step std would
-    blow up the late steps, whose returns-to-go barely differ.
-    """
-    to_go = rewards.float().flip(0).cumsum(0).flip(0)
-    adv = center_in_groups(to_go, group_size)
-    if std_normalize:
-        episode_std = to_go[0].view(-1, group_size).std(dim=1).repeat_interleave(group_size)  # per env
-        adv = adv / (episode_std + eps)
-    return adv
+    def record(step: Step) -> bool:
+        act, info = step.act, step.info
+        step_obs = {k: v for k, v in step.obs.items() if isinstance(v, torch.Tensor)}
+        if "instruction" in step.obs:
+            ids = [index.setdefault(s, len(index)) for s in step.obs["instruction"]]
+            step_obs["instruction_ids"] = torch.tensor(ids, device=act.action.device)
+        steps.append({"obs": step_obs, "actions": act.action, "log_probs": act.log_prob, "extras": act.extras})
+        valid.append(alive.clone())
+        rewards.append(step.reward.cpu() * alive)
+        outcome["return"] += rewards[-1]
+        done = info["done"].cpu() & alive
+        if done.any():
+            ep = info["episode"]
+            for key in ("success_once", "success_at_end", "length"):
+                outcome[key][done] = ep[key].cpu()[done].float()
+        alive.logical_and_(~done)
+        return not alive.any()
+
+    run_steps(env, obs, act_fn, record, max_decisions)
+    vocab[:] = sorted(index, key=index.get)
+    return Episodes(steps, torch.stack(valid), vocab, outcome, torch.stack(rewards))
 
 
-def informative_groups(rewards: torch.Tensor, group_size: int, tol: float = 1e-8) -> torch.Tensor:
-    """Which groups have rewards that differ (bool, one per group): the others give zero advantages."""
-    r = rewards.float().view(-1, group_size)
-    return (r.max(dim=1).values - r.min(dim=1).values) > tol
+def stack_rows(steps: list[dict], rows: torch.Tensor) -> dict:
+    """The (t, env) rows where `rows` (T×N bool) holds, of every tensor in the per-step dicts."""
+    def gather(values: list) -> object:
+        if isinstance(values[0], dict):
+            return {k: gather([v[k] for v in values]) for k in values[0]}
+        stacked = torch.stack(values)
+        return stacked[rows.to(stacked.device)]
+
+    return gather(steps)
+
+
+class EpisodeBatch:
+    """The rows GRPO trains on, in the shape `PPO.update` reads (`flat()`); `vocab` names instruction ids."""
+
+    def __init__(self, data: dict, vocab: list[str]) -> None:
+        self.data, self.vocab = data, vocab
+
+    def flat(self) -> dict:
+        return self.data
 
 
 class GRPO(PPO):
     """PPO's optimizer and update loop with the GRPO loss (no value loss: the critic, if any, stays idle)."""
+    name = "grpo"
 
-    def __init__(self, policy: nn.Module, cfg: PPOConfig, grpo: GRPOConfig, compile: bool = False) -> None:
-        super().__init__(policy, cfg, compile=compile)
+    def __init__(self, policy: nn.Module, cfg: PPOConfig, grpo: GRPOConfig, compile: bool = False,
+                 comm: Comm | None = None) -> None:
+        super().__init__(policy, cfg, compile=compile, comm=comm)
         self.grpo = grpo
-        self.vocab: list[str] = []
+        self.vocab: list[str] = []  # instructions seen so far; batches refer to them by index
+        self.batch: EpisodeBatch | None = None
+        self.collect_stats: dict[str, float] = {}
+
+    @classmethod
+    def from_config(cls, cfg: Config, policy: nn.Module, env: VecEnv, device: torch.device,
+                    comm: Comm | None = None) -> GRPO:
+        start_groups_alike(cfg, env, cfg.grpo.group_size, "grpo.group_size")
+        algo = cls(policy, cfg.algo, cfg.grpo, compile=cfg.resources.compile, comm=comm)
+        algo.configure_rollouts(cfg, device)
+        return algo
 
     def minibatch_loss(self, mb: dict, train_actor: bool = True) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return self.loss_fn(mb, mb["advantages"], train_actor)  # already normalized within their groups
@@ -100,11 +144,94 @@ class GRPO(PPO):
         return loss, {"policy_loss": policy_loss, "entropy": entropy.mean(), "approx_kl": approx_kl,
                       "clip_frac": clip_frac}
 
-    def update(self, buffer: EpisodeBatch, generator: torch.Generator | None = None,
-               train_actor: bool = True) -> dict[str, float]:
-        """PPO's update over `buffer.flat()` (the kept episodes' steps), without critic statistics."""
-        self.vocab = getattr(buffer, "vocab", [])
-        out = super().update(buffer, generator, train_actor)
+    def update(self, buffer: EpisodeBatch | None = None, generator: torch.Generator | None = None,
+               train_actor: bool | None = None) -> dict[str, float]:
+        """PPO's update over `buffer.flat()` (default: the batch `collect` kept), without critic statistics."""
+        if buffer is None:
+            stats = dict(self.collect_stats)
+            stats["skipped_update"] = float(self.batch is None)
+            if self.batch is not None:
+                stats.update(self.update(self.batch, self.generator))
+                self.policy.update_normalizer(self.batch.data["obs"])
+            return stats
+        self.vocab = buffer.vocab
+        out = super().update(buffer, generator, True)
         for key in ("value_loss", "explained_variance"):
             out.pop(key, None)
         return out
+
+    # ---- the rollout side ------------------------------------------------------------------------
+    def collect_round(self, env: VecEnv, index: int) -> Episodes:
+        """Round `index` of this iteration, from group resets seeded by the run's seed, the iteration and
+        the round (so a resumed run draws the starts it would have drawn)."""
+        rounds = 1 + self.grpo.resample_rounds
+        obs = env.reset(seed=self.run_cfg.train.seed * 1_000_003 + self.iteration * rounds + index)
+        return collect_episodes(env, self.act, obs, self.vocab, self.run_cfg.train.rollout_steps)
+
+    def collect(self, env: VecEnv, obs: dict, log: EpisodeLog) -> dict:
+        """Rounds of group episodes until the batch holds `env.num_envs / grpo.group_size` groups with signal
+        (dynamic sampling) or the rounds run out; the kept groups' steps with their advantages."""
+        g = self.grpo
+        groups_needed = env.num_envs // g.group_size
+        parts, kept_groups, dropped, seen, rewards_seen = [], 0, 0, 0, []
+        collect_start, decisions = time.time(), 0
+        for round_ in range(1 + g.resample_rounds):
+            eps = self.collect_round(env, round_)
+            decisions += eps.valid.shape[0] * env.num_envs  # every env steps until all have ended
+            reward = eps.outcome[OUTCOMES[g.reward]]
+            rewards_seen.append(reward)
+            out = eps.outcome
+            for key, name in (("return", "return"), ("success", "success_at_end"), ("success_once", "success_once"),
+                              ("length", "length")):
+                log.extend(key, out[name].tolist())
+            keep = informative_groups(reward, g.group_size) if g.dynamic_sampling else \
+                torch.ones(len(reward) // g.group_size, dtype=torch.bool)
+            seen += len(keep)
+            dropped += int((~keep).sum())
+            keep &= torch.cumsum(keep.long(), 0) <= groups_needed - kept_groups  # fill, do not overfill
+            kept_groups += int(keep.sum())
+            parts.append((eps, reward, keep))
+            if not g.dynamic_sampling or kept_groups >= groups_needed:
+                break
+        self.env_steps = decisions * self.run_cfg.env.action_chunk
+        self.collect_stats = {
+            "groups": float(seen), "groups_dropped": float(dropped), "groups_dropped_frac": dropped / max(seen, 1),
+            "groups_kept": float(kept_groups), "rounds": float(round_ + 1),
+            "outcome_mean": float(torch.cat(rewards_seen).mean()),
+            "collect_sps": self.env_steps / max(time.time() - collect_start, 1e-9)}
+        self.batch = build_batch_for(g, parts, self.device, self.vocab)
+        return obs
+
+
+def build_batch_for(g: GRPOConfig, parts: list[tuple[Episodes, torch.Tensor, torch.Tensor]], device: torch.device,
+                    vocab: list[str]) -> EpisodeBatch | None:
+    """The kept groups' episode steps with their advantages and loss weights, from every round (`parts`:
+    the round, its per-env outcome rewards, which groups to keep); None when no group is kept."""
+    chunks = []
+    for eps, reward, keep in parts:
+        if not keep.any():
+            continue
+        T = eps.valid.shape[0]
+        if g.reward == "return_to_go":
+            adv = group_advantages_to_go(eps.rewards, g.group_size, g.std_normalize, g.eps)
+        else:
+            adv = group_advantages(reward, g.group_size, g.std_normalize, g.eps)[None].expand(T, -1)
+        rows = eps.valid & keep.repeat_interleave(g.group_size)[None]
+        data = stack_rows(eps.steps, rows)
+        length = eps.valid.sum(0).clamp(min=1).float()
+        per_step = 1.0 / length if g.loss_agg == "seq_mean_token_mean" else torch.ones_like(length)
+        data["advantages"] = adv[rows].to(device)
+        data["weights"] = per_step[None].expand(T, -1)[rows].to(device)
+        chunks.append(data)
+    if not chunks:
+        return None
+    data = cat_rows(chunks)
+    zeros = torch.zeros_like(data["advantages"])
+    data["values"], data["returns"] = zeros, zeros  # PPO.update's critic statistics (unused here)
+    return EpisodeBatch(data, list(vocab))
+
+
+def cat_rows(chunks: list[dict]) -> dict:
+    if isinstance(chunks[0], dict):
+        return {k: cat_rows([c[k] for c in chunks]) for k in chunks[0]}
+    return torch.cat(chunks)

@@ -2,16 +2,34 @@
 
 The critics are Q(features(obs), executed action); for a residual policy the features include the
 base's action, so Q judges the corrected action in the context of what the base wanted.
+
+As an algorithm (roborl/algos/base.py) SAC trains residual policies off-policy: every env step goes to a
+replay buffer, and `sac.utd_ratio` gradient updates follow each transition. The buffer is first seeded
+with `sac.seed_steps` steps of the base alone. Then, as in Policy Decorator, exploration is progressive:
+at the start of each episode an env runs the residual with probability min(t / sac.progressive_steps, 1)
+(t counted from the end of seeding) and the bare base otherwise; evaluation always runs the full residual.
+With `sac.crm` and a reward machine, each transition is stored as seen from every machine state (CRM).
+Its checkpoint state holds the critics, target critics, temperature, the three optimizers and the filled
+part of the replay buffer, so a resumed run goes on where it stopped.
 """
 from __future__ import annotations
 
 import copy
+import time
 
 import torch
 from torch import nn
 
-from policies.gaussian import mlp
-from roborl.config import SACConfig
+from roborl.algos.base import Algorithm, Comm
+from roborl.collect import EpisodeLog, Step, run_steps
+from roborl.config import Config, SACConfig
+from roborl.errors import UserError
+from roborl.policies.act import Act
+from roborl.policies.gaussian import mlp
+from roborl.replay import ReplayBuffer
+from roborl.rm import RewardMachineEnv
+from roborl.sim import VecEnv
+from roborl.sim.vec_env import clone_obs, merge_rows
 
 
 class TwinQ(nn.Module):
@@ -25,13 +43,15 @@ class TwinQ(nn.Module):
         return self.q1(xa).squeeze(-1), self.q2(xa).squeeze(-1)
 
 
-class SAC:
-    optimizer = None  # nothing for the checkpoint: the critics and the replay buffer are not saved
+class SAC(Algorithm):
+    name = "sac"
 
     def __init__(self, policy: nn.Module, feature_dim: int, action_dim: int, cfg: SACConfig,
-                 device: torch.device) -> None:
-        self.policy, self.cfg = policy, cfg
-        self.lr = cfg.lr
+                 device: torch.device, comm: Comm | None = None) -> None:
+        """The learner alone (critics, temperature, optimizers, `update(batch)`); `from_config` adds the
+        replay buffer and the collection."""
+        super().__init__(policy, comm)
+        self.cfg, self.device = cfg, device
         self.critic = TwinQ(feature_dim, action_dim, list(cfg.critic_hidden)).to(device)
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(float(cfg.init_alpha), device=device).log().requires_grad_(True)
@@ -56,7 +76,15 @@ class SAC:
         q1, q2 = self.critic(self.policy.features(batch["obs"]), batch["action"])
         return 0.5 * ((q1 - target).square().mean() + (q2 - target).square().mean()), target
 
-    def update(self, batch: dict) -> dict[str, float]:
+    @property
+    def lr(self) -> float:
+        return self.cfg.lr
+
+    def update(self, batch: dict | None = None) -> dict[str, float]:
+        """One gradient step on `batch` (default: the statistics of the steps `collect` took, which updated
+        as it went, `sac.utd_ratio` per transition)."""
+        if batch is None:
+            return self.iteration_stats()
         stats: dict[str, float] = {}
         loss, target = self.critic_loss(batch)
         self.critic_opt.zero_grad(set_to_none=True)
@@ -81,3 +109,134 @@ class SAC:
             for p, tp in zip(self.critic.parameters(), self.target.parameters()):
                 tp.lerp_(p, self.cfg.tau)
         return stats
+
+    # ---- the run: replay, progressive exploration, collection ------------------------------------
+    @classmethod
+    def from_config(cls, cfg: Config, policy: nn.Module, env: VecEnv, device: torch.device,
+                    comm: Comm | None = None) -> SAC:
+        if cfg.policy.kind != "residual":
+            raise UserError("train.algorithm sac trains residual policies (policy.kind residual); use ppo for "
+                            f"policy.kind {cfg.policy.kind}")
+        crm = None
+        if cfg.sac.crm:
+            crm = find_wrapper(env, RewardMachineEnv)
+            if crm is None:
+                raise UserError("sac.crm needs a reward machine (env.rm.machine or env.rm.ltlf) in the learner's "
+                                "process (not with Ray env workers)")
+        residual_on = torch.rand(env.num_envs) < exploration_prob(cfg.sac, 0)  # drawn before the critics' init
+        algo = cls(policy, policy.feature_dim, env.action_dim, cfg.sac, device, comm)
+        algo.start_collection(cfg, residual_on, crm)
+        return algo
+
+    def start_collection(self, cfg: Config, residual_on: torch.Tensor, crm: RewardMachineEnv | None) -> None:
+        self.run_cfg, self.crm = cfg, crm
+        self.replay = ReplayBuffer(self.cfg.buffer_size, self.device)
+        self.collected = 0
+        self.residual_on = residual_on.to(self.device)
+        self.update_debt = 0.0
+        self.generator: torch.Generator | None = None
+        self.stats: dict[str, list[float]] = {}
+        self.collect_time = 0.0
+
+    def exploration_prob(self) -> float:
+        return exploration_prob(self.cfg, self.collected)
+
+    def start_iteration(self, iteration: int, total_iterations: int) -> None:
+        if self.generator is None:
+            self.generator = torch.Generator().manual_seed(self.run_cfg.train.seed + iteration)
+
+    def act(self, obs: dict) -> Act:
+        """The residual's sample where it is on, the bare base elsewhere."""
+        action, log_prob = self.policy.sample(obs)
+        return Act(torch.where(self.residual_on[:, None], action, obs["base_action"]), log_prob)
+
+    def collect(self, env: VecEnv, obs: dict, log: EpisodeLog) -> dict:
+        s, N = self.cfg, env.num_envs
+        self.stats, self.collect_time = {}, 0.0
+        t0 = [time.time()]
+
+        def record(step: Step) -> None:
+            done = step.done
+            stored_next = step.next_obs
+            if done.any():
+                stored_next = clone_obs(step.next_obs)
+                merge_rows(stored_next, step.info["final_obs"], done)
+                p = self.exploration_prob()
+                self.residual_on[done] = torch.rand(int(done.sum()), generator=self.generator).to(self.device) < p
+            if self.crm is not None:
+                self.replay.add(*self.counterfactuals(step.obs, step.act.action, stored_next, step.info))
+            else:
+                self.replay.add(step.obs, step.act.action, step.reward, stored_next, step.terminated)
+            log.record(step.info)
+            self.policy.update_normalizer(step.obs)
+            self.collected += N
+            if self.collected - N < s.seed_steps <= self.collected:  # seeding is over
+                self.residual_on[:] = torch.rand(N, generator=self.generator).to(self.device) < self.exploration_prob()
+            self.collect_time += time.time() - t0[0]
+            if self.collected >= s.seed_steps and len(self.replay) >= s.batch_size:
+                self.update_debt += N * s.utd_ratio
+                with torch.enable_grad():
+                    while self.update_debt >= 1:
+                        self.update_debt -= 1
+                        for k, v in self.update(self.replay.sample(s.batch_size, self.generator)).items():
+                            self.stats.setdefault(k, []).append(v)
+            t0[0] = time.time()
+
+        obs = run_steps(env, obs, self.act, record, self.run_cfg.train.rollout_steps)
+        self.env_steps = self.run_cfg.train.rollout_steps * N * self.run_cfg.env.action_chunk
+        return obs
+
+    def iteration_stats(self) -> dict[str, float]:
+        out = {k: sum(v) / len(v) for k, v in self.stats.items()}
+        out.update(collect_sps=self.run_cfg.train.rollout_steps * len(self.residual_on) / max(self.collect_time, 1e-9),
+                   residual_on=self.exploration_prob(), replay_size=float(len(self.replay)))
+        return out
+
+    def counterfactuals(self, obs: dict, action: torch.Tensor, next_obs: dict, info: dict) -> tuple:
+        """CRM: the transition as seen from every non-terminal machine state (the machine's one-hot is the
+        last U entries of `state`; other observation keys are repeated)."""
+        rm, U = self.crm, self.crm.machine.num_states
+        states, next_states, rewards, terminated = rm.counterfactuals(
+            obs["state"][:, :-U], next_obs["state"][:, :-U], info["labels"], info["env_reward"],
+            info["task_terminated"], info.get("reward_terms"))
+        copies = states.shape[0] // action.shape[0]
+        rep = lambda d: {k: v.repeat(copies, *([1] * (v.dim() - 1))) for k, v in d.items()  # noqa: E731
+                         if isinstance(v, torch.Tensor) and k not in ("state", "rm_state")}
+        return ({**rep(obs), "state": states}, action.repeat(copies, 1), rewards,
+                {**rep(next_obs), "state": next_states}, terminated)
+
+    # ---- checkpoints -----------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"critic": self.critic.state_dict(), "target": self.target.state_dict(),
+                "log_alpha": self.log_alpha.detach(), "actor_opt": self.actor_opt.state_dict(),
+                "critic_opt": self.critic_opt.state_dict(), "alpha_opt": self.alpha_opt.state_dict(),
+                "updates": self.updates, "collected": self.collected, "update_debt": self.update_debt,
+                "residual_on": self.residual_on, "replay": self.replay.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.critic.load_state_dict(state["critic"])
+        self.target.load_state_dict(state["target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_opt.load_state_dict(state["actor_opt"])
+        self.critic_opt.load_state_dict(state["critic_opt"])
+        self.alpha_opt.load_state_dict(state["alpha_opt"])
+        self.updates, self.collected, self.update_debt = state["updates"], state["collected"], state["update_debt"]
+        self.residual_on = state["residual_on"].to(self.device)
+        self.replay.load_state_dict(state["replay"])
+
+
+def exploration_prob(s: SACConfig, collected: int) -> float:
+    """The probability that an episode starting after `collected` env steps runs the residual."""
+    if collected < s.seed_steps:
+        return 0.0
+    return 1.0 if s.progressive_steps <= 0 else min((collected - s.seed_steps) / s.progressive_steps, 1.0)
+
+
+def find_wrapper(env: object, cls: type) -> object | None:
+    """The first wrapper of type `cls` around the simulator, or None."""
+    while env is not None:
+        if isinstance(env, cls):
+            return env
+        env = getattr(env, "env", None)
+    return None

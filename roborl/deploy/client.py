@@ -69,7 +69,7 @@ class PolicyClient:
         except Exception:
             pass
 
-    def __enter__(self) -> "PolicyClient":
+    def __enter__(self) -> PolicyClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -19,9 +19,9 @@ import torch
 
 from roborl.rm.compiled import CompiledRM
 from roborl.rm.machine import RewardMachine
-from sim.errors import SimError
-from sim.vec_env import Obs, VecEnv
-from sim.wrapper import VecEnvWrapper
+from roborl.sim.errors import SimError
+from roborl.sim.vec_env import Obs, VecEnv
+from roborl.sim.wrapper import VecEnvWrapper
 
 REWARD_MODES = ("replace", "add")
 

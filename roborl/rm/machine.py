@@ -78,7 +78,7 @@ class RewardMachine:
         return (taken[0].dst, taken[0].reward) if taken else (state, 0.0)
 
     @classmethod
-    def from_text(cls, text: str) -> "RewardMachine":
+    def from_text(cls, text: str) -> RewardMachine:
         lines = [ln.split("#", 1)[0].strip() for ln in text.splitlines()]
         lines = [ln for ln in lines if ln]
         if len(lines) < 2:
@@ -102,7 +102,7 @@ class RewardMachine:
         return cls(states, initial, edges, accepting=terminal - failing, failing=failing)
 
     @classmethod
-    def from_file(cls, path: str | Path) -> "RewardMachine":
+    def from_file(cls, path: str | Path) -> RewardMachine:
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"reward machine file '{path}' does not exist")
@@ -111,7 +111,7 @@ class RewardMachine:
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from exc
 
-    def equivalent(self, other: "RewardMachine", labels: list[str]) -> bool:
+    def equivalent(self, other: RewardMachine, labels: list[str]) -> bool:
         """Same rewards and terminal behaviour on every label sequence (product BFS; names may differ)."""
         combos = [frozenset(c) for r in range(len(labels) + 1) for c in itertools.combinations(labels, r)]
         seen, todo = set(), [(self.initial, other.initial)]
@@ -170,17 +170,17 @@ class RMBuilder:
     def _add(self, *states: str) -> None:
         self._states += [s for s in states if s not in self._states]
 
-    def edge(self, src: str, dst: str, guard: str, reward: Reward = 0.0) -> "RMBuilder":
+    def edge(self, src: str, dst: str, guard: str, reward: Reward = 0.0) -> RMBuilder:
         self._add(src, dst)
         self._edges.append(Edge(src, dst, guard, float(reward) if not isinstance(reward, str) else reward))
         return self
 
-    def accepting(self, *states: str) -> "RMBuilder":
+    def accepting(self, *states: str) -> RMBuilder:
         self._add(*states)
         self._accepting |= set(states)
         return self
 
-    def failing(self, *states: str) -> "RMBuilder":
+    def failing(self, *states: str) -> RMBuilder:
         self._add(*states)
         self._failing |= set(states)
         return self

@@ -42,8 +42,8 @@ class TwinSettings:
 
     def randomization(self):
         """The perturbation as a `Randomization` with every range held at its value (SimError if invalid)."""
-        from sim.errors import SimError
-        from sim.randomization import Randomization
+        from roborl.sim.errors import SimError
+        from roborl.sim.randomization import Randomization
 
         try:  # obs_noise and camera_pos are single numbers already
             spec = Randomization(**{k: v if k in ("obs_noise", "camera_pos") else [v, v] for k, v in self.perturb.items()})
@@ -71,8 +71,10 @@ class Twin:
     """The simulation side: physics thread + a request handler shared by all client connections."""
 
     def __init__(self, settings: TwinSettings) -> None:
-        import sim
-        import tasks  # noqa: F401  (registers the embedded tasks)
+        from roborl import (
+            sim,
+            tasks,  # noqa: F401  (registers the embedded tasks)
+        )
         self.settings = settings
         randomization = settings.randomization()
         self.env = sim.make(settings.env_id, 1, controller=settings.controller, control_freq=settings.control_freq,

@@ -1,4 +1,4 @@
-"""The Shield interface (DESIGN.md): `shield(obs, action) -> (safe_action, intervened, info)`, batched.
+"""The Shield interface (docs/architecture.md): `shield(obs, action) -> (safe_action, intervened, info)`, batched.
 
 A shield sees the observation the policy acted on and the action it proposed, and returns an action
 that satisfies its constraint, which envs it changed (N bool) and per-env `info` tensors

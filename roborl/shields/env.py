@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 
 from roborl.shields.base import Shield
-from sim.vec_env import Obs, VecEnv
-from sim.wrapper import VecEnvWrapper
+from roborl.sim.vec_env import Obs, VecEnv
+from roborl.sim.wrapper import VecEnvWrapper
 
 
 class ShieldEnv(VecEnvWrapper):

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import tasks
+from roborl import tasks
 from roborl.rm import RewardMachine
 from roborl.shields.automaton import AutomatonShield
-from tasks.pick_place import GRIPPER_SAFETY_LABELS, gripper_safety_labels, keep_gripper_closed
+from roborl.tasks.pick_place import GRIPPER_SAFETY_LABELS, gripper_safety_labels, keep_gripper_closed
 
 
 def pick_place_gripper() -> AutomatonShield:

@@ -1,0 +1,44 @@
+"""Where an iteration's data comes from, chosen by `resources.*`: the learner's own envs (here), or Ray env
+workers (roborl/ray_collector.py). The runner asks a collector for data and does not know which it has."""
+from __future__ import annotations
+
+import torch
+
+from roborl.algos.base import Algorithm
+from roborl.builder import make_run_env
+from roborl.collect import EpisodeLog
+from roborl.config import Config
+from roborl.sim import VecEnv
+
+
+class LocalCollector:
+    """The learner's own envs, stepped in its process by the algorithm's `collect`."""
+
+    def __init__(self, env: VecEnv) -> None:
+        self.env = env
+
+    def prepare(self, algo: Algorithm) -> None:
+        """Checks, before the first iteration, that this collector can feed `algo`."""
+
+    def collect(self, algo: Algorithm, obs: dict, log: EpisodeLog) -> dict:
+        return algo.collect(self.env, obs, log)
+
+    def stats(self) -> dict[str, float]:
+        """Per-iteration statistics of the collection itself, for the logs."""
+        return {}
+
+    def summary(self) -> dict:
+        """What the run's summary says of the collection."""
+        return {}
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def make_collector(cfg: Config, device: torch.device) -> LocalCollector:
+    """Ray env workers where `resources.env_workers` > 0, else this process's `env.num_envs` envs."""
+    if cfg.resources.env_workers:
+        from roborl.ray_collector import RayCollector  # Ray is imported only by the runs that use it
+
+        return RayCollector(cfg, device)
+    return LocalCollector(make_run_env(cfg, cfg.env.num_envs, cfg.train.seed, device))

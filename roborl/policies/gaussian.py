@@ -1,0 +1,78 @@
+"""Gaussian MLP actor-critic (optionally with a CNN for `rgb`), with running observation normalization."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.distributions import Normal
+
+from roborl.policies.act import Act
+from roborl.policies.cnn import CNNEncoder
+from roborl.policies.normalizer import RunningNormalizer
+from roborl.policies.base import Policy
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
+
+
+def mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        linear = nn.Linear(sizes[i], sizes[i + 1])
+        last = i == len(sizes) - 2
+        nn.init.orthogonal_(linear.weight, out_gain if last else math.sqrt(2))
+        nn.init.zeros_(linear.bias)
+        layers.append(linear)
+        if not last:
+            layers.append(ACTIVATIONS[activation]())
+    return nn.Sequential(*layers)
+
+
+class GaussianActorCritic(Policy):
+    """Diagonal Gaussian over actions with a state-independent learned log-std; separate critic."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: list[int] = (256, 256), activation: str = "tanh",
+                 init_log_std: float = -0.5, normalize_obs: bool = True,
+                 image_shape: tuple[int, int] | None = None, image_features: int = 256, cost_critic: bool = False) -> None:
+        super().__init__()
+        self.normalizer = RunningNormalizer(obs_dim) if normalize_obs else None
+        self.encoder = CNNEncoder(*image_shape, image_features) if image_shape else None
+        in_dim = obs_dim + (image_features if image_shape else 0)
+        self.actor = mlp([in_dim, *hidden, action_dim], activation, 0.01)
+        self.critic = mlp([in_dim, *hidden, 1], activation, 1.0)
+        self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+        # a second critic for the expected safety cost (PPO-Lagrangian)
+        self.cost_critic = mlp([in_dim, *hidden, 1], activation, 1.0) if cost_critic else None
+
+    def features(self, obs: dict) -> torch.Tensor:
+        x = obs["state"].float()
+        if self.normalizer is not None:
+            x = self.normalizer(x)
+        if self.encoder is not None:
+            x = torch.cat([x, self.encoder(obs["rgb"])], -1)
+        return x
+
+    def update_normalizer(self, obs: dict) -> None:
+        if self.normalizer is not None:
+            self.normalizer.update(obs["state"])
+
+    def distribution(self, x: torch.Tensor) -> Normal:
+        mean = self.actor(x)
+        return Normal(mean, self.log_std.clamp(-5, 2).exp().expand_as(mean))
+
+    def act(self, obs: dict, deterministic: bool = False) -> Act:
+        x = self.features(obs)
+        dist = self.distribution(x)
+        action = dist.mean if deterministic else dist.sample()
+        return Act(action, dist.log_prob(action).sum(-1), self.critic(x).squeeze(-1))
+
+    def evaluate(self, obs: dict, act: Act) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x = self.features(obs)
+        dist = self.distribution(x)
+        return dist.log_prob(act.action).sum(-1), dist.entropy().sum(-1), self.critic(x).squeeze(-1)
+
+    def value(self, obs: dict) -> torch.Tensor:
+        return self.critic(self.features(obs)).squeeze(-1)
+
+    def cost_value(self, obs: dict) -> torch.Tensor:
+        return self.cost_critic(self.features(obs)).squeeze(-1)

@@ -1,0 +1,106 @@
+"""Residual policy: a small Gaussian policy that corrects a frozen base controller.
+
+action = clamp(base_action + scale·tanh(u), −1, 1) in the normalized action space, with u ~ N(μ(x), σ)
+and x = [state, base_action] (`inputs="obs+base"`, ResiP / Policy Decorator) or the state alone
+(`inputs="obs"`). The base's action arrives as `obs["base_action"]` (see `sim.base_action`), computed
+once per step outside this module, so it is never recomputed and never receives a gradient.
+
+μ's last layer starts at zero, so the deterministic policy is exactly the base at step 0. The std is a
+learned state-independent parameter for PPO (ResiP) or a state-dependent head for SAC
+(`state_std=True`). `log_prob` is that of the executed residual tanh(u), tanh Jacobian included; u is
+kept in `extras` so PPO re-evaluates the same sample.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.distributions import Normal
+
+from roborl.policies.act import Act
+from roborl.policies.gaussian import mlp
+from roborl.policies.normalizer import RunningNormalizer
+from roborl.policies.base import Policy
+
+INPUTS = ("obs+base", "obs")
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+class ResidualPolicy(Policy):
+    def __init__(self, obs_dim: int, action_dim: int, scale: float = 0.1, inputs: str = "obs+base",
+                 hidden: list[int] = (256, 256), activation: str = "tanh", init_log_std: float = -1.0,
+                 state_std: bool = False, normalize_obs: bool = True, critic: bool = True) -> None:
+        super().__init__()
+        if inputs not in INPUTS:
+            raise ValueError(f"residual.inputs '{inputs}' is unknown; available: {', '.join(INPUTS)}")
+        if scale <= 0:
+            raise ValueError(f"residual.scale must be > 0, got {scale}")
+        self.scale, self.inputs, self.state_std, self.action_dim = scale, inputs, state_std, action_dim
+        self.normalizer = RunningNormalizer(obs_dim) if normalize_obs else None
+        self.feature_dim = in_dim = obs_dim + (action_dim if inputs == "obs+base" else 0)
+        self.actor = mlp([in_dim, *hidden, action_dim * (2 if state_std else 1)], activation, 0.01)
+        last = self.actor[-1]
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
+        if state_std:
+            nn.init.constant_(last.bias[action_dim:], init_log_std)
+            self.log_std = None
+        else:
+            self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+        self.critic = mlp([in_dim, *hidden, 1], activation, 1.0) if critic else None
+
+    def features(self, obs: dict) -> torch.Tensor:
+        x = obs["state"].float()
+        if self.normalizer is not None:
+            x = self.normalizer(x)
+        if self.inputs == "obs+base":
+            x = torch.cat([x, obs["base_action"].float()], -1)
+        return x
+
+    def update_normalizer(self, obs: dict) -> None:
+        if self.normalizer is not None:
+            self.normalizer.update(obs["state"])
+
+    def distribution(self, x: torch.Tensor) -> Normal:
+        out = self.actor(x)
+        if self.state_std:
+            mean, log_std = out.split(self.action_dim, -1)
+        else:
+            mean, log_std = out, self.log_std.expand_as(out)
+        return Normal(mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp())
+
+    def compose(self, obs: dict, u: torch.Tensor) -> torch.Tensor:
+        """The executed action for pre-squash residual u."""
+        return (obs["base_action"].float() + self.scale * torch.tanh(u)).clamp(-1, 1)
+
+    @staticmethod
+    def squashed_log_prob(dist: Normal, u: torch.Tensor) -> torch.Tensor:
+        """log-density of tanh(u): the Gaussian's minus log|d tanh/du| (numerically stable form)."""
+        log_det = 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
+        return (dist.log_prob(u) - log_det).sum(-1)
+
+    def act(self, obs: dict, deterministic: bool = False) -> Act:
+        x = self.features(obs)
+        dist = self.distribution(x)
+        u = dist.mean if deterministic else dist.sample()
+        value = self.critic(x).squeeze(-1) if self.critic is not None else None
+        return Act(self.compose(obs, u), self.squashed_log_prob(dist, u), value, {"residual_u": u})
+
+    def evaluate(self, obs: dict, act: Act) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x = self.features(obs)
+        dist = self.distribution(x)
+        return self.squashed_log_prob(dist, act.extras["residual_u"]), dist.entropy().sum(-1), self.critic(x).squeeze(-1)
+
+    def value(self, obs: dict) -> torch.Tensor:
+        return self.critic(self.features(obs)).squeeze(-1)
+
+    def sample(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterized action and its log-prob (SAC's actor loss)."""
+        dist = self.distribution(self.features(obs))
+        u = dist.rsample()
+        return self.compose(obs, u), self.squashed_log_prob(dist, u)
+
+    def bc_regularizer(self, obs: dict, act: Act) -> torch.Tensor:
+        """Penalty on the residual's magnitude, mean tanh(μ)²: PPO's `bc_coef` pulls toward the base."""
+        return torch.tanh(self.distribution(self.features(obs)).mean).square().sum(-1).mean()

@@ -1,0 +1,18 @@
+"""Embedded arm tasks (MJCF in `tasks/assets`, no downloads). Importing registers `mujoco/<Task>`."""
+from roborl.tasks.language import TASK_NAMES as LANG_TASKS
+from roborl.tasks.multitask_experts import LangTabletopExpert
+from roborl.tasks.multitask_tabletop import LANG_TABLETOP_IDS, LangTabletopEnv
+from roborl.tasks.pick_place import PickPlaceEnv, PickPlaceExpert
+from roborl.tasks.push import PushEnv, PushExpert
+from roborl.tasks.reach import ReachEnv, ReachExpert
+from roborl.tasks.reach_avoid import ReachAvoidEnv, ReachAvoidExpert
+from roborl.tasks.sequence import SequenceEnv, SequenceExpert
+from roborl.tasks.stack import StackEnv, StackExpert
+
+EXPERTS = {"mujoco/Reach": ReachExpert, "mujoco/Push": PushExpert,
+           "mujoco/PickPlace": PickPlaceExpert, "mujoco/Stack": StackExpert, "mujoco/Sequence": SequenceExpert,
+           "mujoco/ReachAvoid": ReachAvoidExpert, **{task: LangTabletopExpert for task in LANG_TABLETOP_IDS}}
+
+__all__ = ["EXPERTS", "LangTabletopEnv", "LangTabletopExpert", "LANG_TASKS",
+           "PickPlaceEnv", "PushEnv", "ReachAvoidEnv", "ReachEnv", "SequenceEnv", "StackEnv",
+           "PickPlaceExpert", "PushExpert", "ReachAvoidExpert", "ReachExpert", "SequenceExpert", "StackExpert"]

@@ -1,0 +1,76 @@
+"""Stack: put the red cube on top of the blue one and let go."""
+from __future__ import annotations
+
+import torch
+
+from roborl.sim.registry import register
+from roborl.tasks.arm import CUBE_HALF, ArmEnv
+from roborl.tasks.cube import Cube
+from roborl.tasks.expert import ScriptedExpert
+from roborl.tasks.pick_place import pick_phases
+
+REGION_LOW, REGION_HIGH = [0.45, -0.15], [0.65, 0.15]
+MIN_SEPARATION = 0.08
+
+
+class StackEnv(ArmEnv):
+    scene = "stack.xml"
+    instruction = "stack the red cube on the blue cube"
+    label_names = ("grasped", "above_base", "stacked")
+    episode_length = 100
+
+    def _setup(self) -> None:
+        super()._setup()
+        self.cube = Cube(self, "cube")
+        self.base = Cube(self, "base_cube")
+
+    def _reset_idx(self, ids: torch.Tensor) -> None:
+        self._reset_arm(ids)
+        a = self.uniform(len(ids), REGION_LOW, REGION_HIGH)
+        b = self.uniform(len(ids), REGION_LOW, REGION_HIGH)
+        for _ in range(20):  # resample pairs that overlap (vectorized rejection)
+            bad = (a - b).norm(dim=-1) < MIN_SEPARATION
+            if not bad.any():
+                break
+            b[bad] = self.uniform(int(bad.sum()), REGION_LOW, REGION_HIGH)
+        self.cube.place(ids, a)
+        self.base.place(ids, b)
+
+    @property
+    def stack_target(self) -> torch.Tensor:
+        return self.base.pos + torch.tensor([0, 0, 2 * CUBE_HALF], dtype=torch.float64)
+
+    def _state_obs(self) -> torch.Tensor:
+        a, b = self.cube.pos, self.base.pos
+        grasped = self.is_grasping(a).double()[:, None]
+        return torch.cat([self._arm_obs(), a, self.cube.quat, b, self.base.quat,
+                          a - self.tcp, self.stack_target - a, grasped], -1)
+
+    def _evaluate(self) -> dict[str, torch.Tensor]:
+        a = self.cube.pos
+        offset = self.stack_target - a
+        xy, z = offset[:, :2].norm(dim=-1), offset[:, 2].abs()
+        grasped = self.is_grasping(a)
+        above = (xy < 0.015) & (a[:, 2] > self.base.pos[:, 2] + CUBE_HALF)
+        on_top = (xy < 0.015) & (z < 0.008)
+        success = on_top & ~grasped
+        g = grasped.double()
+        reach = (a - self.tcp).norm(dim=-1)
+        place = 1 - torch.tanh(5 * offset.norm(dim=-1))
+        release = torch.where(on_top, (self.gripper_gap / 0.08).double(), torch.zeros_like(g))
+        reward = (1 - torch.tanh(5 * reach)) + g + 2 * place * torch.maximum(g, on_top.double()) + release
+        reward = torch.where(success, torch.full_like(reward, 8.0), reward)
+        labels = torch.stack([grasped, above, success], -1)
+        return {"reward": reward / 8, "success": success, "labels": labels}
+
+
+class StackExpert(ScriptedExpert):
+    def plan(self):
+        env = self.env
+        return pick_phases(self, env.cube, env.stack_target + torch.tensor([0, 0, 0.005], dtype=torch.float64),
+                           release=True)
+
+
+@register("mujoco/Stack")
+def make_stack(num_envs: int = 1, **kwargs) -> StackEnv:
+    return StackEnv(num_envs, **kwargs)
