@@ -19,7 +19,7 @@ from roborl.errors import UserError
 from roborl.evaluate import evaluate
 from roborl.logger import Logger
 from roborl.plots import plot_curves
-from roborl.runner import new_run_dir, write_json
+from roborl.run_dir import new_run_dir, write_json
 
 
 def train_bc(cfg: Config) -> dict:
@@ -52,7 +52,7 @@ def train_bc(cfg: Config) -> dict:
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=b.lr, weight_decay=b.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 0.5 * (1 + math.cos(math.pi * min(s / b.steps, 1))))
-    run_dir = new_run_dir(cfg, f"bc_{cfg.env.id.replace('/', '_')}")
+    run_dir = new_run_dir(t.name, t.run_dir, f"bc_{cfg.env.id.replace('/', '_')}", resume_hint=False)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
     logger = Logger(run_dir, b.steps, 0, t.progress)
     gen = torch.Generator(device=device).manual_seed(t.seed)

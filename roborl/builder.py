@@ -14,7 +14,6 @@ from roborl.config import Config, EnvConfig, PolicyConfig, ResidualConfig, confi
 from roborl.errors import UserError
 from roborl.imports import import_factory
 from roborl.policies import DiffusionPolicy, FlowPolicy, GaussianActorCritic, ResidualPolicy
-from roborl.policies.gaussian import ACTIVATIONS
 from roborl.rm import RewardMachineEnv, load_machine
 from roborl.shields import ShieldChain, ShieldEnv
 from roborl.shields.specs import build_shields
@@ -25,7 +24,6 @@ from roborl.tasks.arm import ArmEnv
 from roborl.tasks.expert import ImperfectExpert
 
 VLA_KINDS = ("token_vla", "flow_vla")  # policies/vla: need the `vla` extra (transformers, peft)
-POLICY_KINDS = ("gaussian", "diffusion", "flow", "residual", *VLA_KINDS)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -214,8 +212,6 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
                 state_std: bool = False, cost_critic: bool = False) -> nn.Module:
     spaces = env.observation_space.spaces
     obs_dim, action_dim = spaces["state"].shape[0], env.action_dim
-    if cfg.kind not in POLICY_KINDS:
-        raise UserError(f"policy.kind '{cfg.kind}' is unknown; available: {', '.join(POLICY_KINDS)}")
     if "critic_state" in spaces and cfg.kind not in VLA_KINDS:
         raise UserError(f"env.critic_state is read by the VLA value heads only (policy.kind token_vla or "
                         f"flow_vla), not by {cfg.kind}; set env.critic_state false")
@@ -229,8 +225,6 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
         except ValueError as exc:
             raise UserError(str(exc)) from exc
     if cfg.kind == "gaussian":
-        if cfg.activation not in ACTIVATIONS:
-            raise UserError(f"policy.activation '{cfg.activation}' is unknown; available: {', '.join(ACTIVATIONS)}")
         if execute > 1:
             raise UserError("env.action_chunk > 1 needs a chunk-predicting policy (policy.kind diffusion or flow)")
         image = tuple(spaces["rgb"].shape[:2]) if "rgb" in spaces else None
@@ -319,8 +313,6 @@ def load_pretrained(policy: nn.Module, path: str, modules: list[str] | tuple[str
 def build(cfg: Config, device: torch.device, env: sim.VecEnv | None = None) -> tuple[sim.VecEnv, nn.Module]:
     """The run's envs (`env`, or `env.num_envs` of them made here) and a new policy that fits them."""
     env = env or make_run_env(cfg, cfg.env.num_envs, cfg.train.seed, device)
-    if cfg.algo.cost_limit is not None and cfg.policy.kind != "gaussian":
-        raise UserError("algo.cost_limit (PPO-Lagrangian) needs policy.kind gaussian (the policy with a cost critic)")
     policy = make_policy(cfg.policy, env, cfg.env.action_chunk, cfg.residual, state_std=cfg.train.algorithm == "sac",
                          cost_critic=cfg.algo.cost_limit is not None)
     return env, policy.to(device)

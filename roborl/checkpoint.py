@@ -80,7 +80,9 @@ class Checkpoint:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         if not self.path.is_file():
-            raise UserError(f"checkpoint '{self.path}' does not exist")
+            what = "is a directory, not a checkpoint file" if self.path.is_dir() else "does not exist"
+            raise UserError(f"checkpoint '{self.path}' {what} (checkpoints are RUN/checkpoints/last.safetensors "
+                            "and best.safetensors)")
         try:
             with safe_open(str(self.path), framework="pt") as f:
                 meta = f.metadata() or {}
@@ -107,4 +109,23 @@ class Checkpoint:
         try:
             policy.load_state_dict(self.policy_state)
         except RuntimeError as exc:
-            raise UserError(f"checkpoint '{self.path}' does not fit this policy: {str(exc).splitlines()[0]}") from exc
+            raise UserError(f"checkpoint '{self.path}' does not fit this policy: {state_dict_mismatch(exc)}") from exc
+
+    def training_state(self) -> dict:
+        """The runner's state to resume from; refused in one line for checkpoints that hold a policy alone."""
+        missing = [k for k in ("env_steps", "iteration", "run_dir") if k not in self.trainer_state]
+        if missing:
+            raise UserError(f"checkpoint '{self.path}' holds a policy without the state of a training run (no "
+                            f"{', '.join(missing)}; written by roborl bc or by hand?): start a new run from it with "
+                            f"policy.init={self.path}")
+        return self.trainer_state
+
+
+def state_dict_mismatch(exc: RuntimeError) -> str:
+    """torch's load_state_dict error in one line: its first concrete mismatch and how many there are."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    details = [line for line in lines[1:] if line]
+    if not details:
+        return lines[0] if lines else "unknown mismatch"
+    more = f" (and {len(details) - 1} more)" if len(details) > 1 else ""
+    return f"{details[0].rstrip('.')}{more}"

@@ -72,7 +72,9 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _eval_suite(args: argparse.Namespace, settings: dict) -> int:
-    """Tasks × checkpoints × evaluation seeds -> DIR/eval.json and DIR/eval.md (roborl/eval_report.py)."""
+    """Tasks × checkpoints × evaluation seeds: the table on stdout; with --out DIR also DIR/eval.json,
+    DIR/eval.md and videos (roborl/eval_report.py)."""
+    import tempfile
     from pathlib import Path
 
     from roborl.builder import resolve_device
@@ -80,7 +82,7 @@ def _eval_suite(args: argparse.Namespace, settings: dict) -> int:
     from roborl.eval_suite import run_suite, suite_from_checkpoints, suite_from_yaml
 
     if not args.out:
-        raise UserError("an evaluation over tasks and seeds writes DIR/eval.json and DIR/eval.md: give --out DIR")
+        settings = {**settings, "video": False}  # nowhere to keep videos
     if args.suite and (args.checkpoints or args.tasks):
         raise UserError("give checkpoints (and --tasks) or --suite FILE, not both")
     if args.suite:
@@ -89,13 +91,15 @@ def _eval_suite(args: argparse.Namespace, settings: dict) -> int:
         suite = suite_from_checkpoints(args.checkpoints, args.tasks, **settings)
     else:
         raise UserError("roborl eval needs checkpoints or --suite FILE")
-    out = Path(args.out)
-    results = run_suite(suite, out, progress=not args.quiet)
-    report = build_report(results, {"episodes_per_run": suite.episodes,
-                                    "eval_seeds": [suite.seed + s for s in range(suite.seeds)], "envs": suite.envs,
-                                    "device": str(resolve_device(suite.device)), "video": suite.video,
-                                    "suite": args.suite})
-    write_report(report, out)
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(args.out or scratch)
+        results = run_suite(suite, out, progress=not args.quiet)
+        report = build_report(results, {"episodes_per_run": suite.episodes,
+                                        "eval_seeds": [suite.seed + s for s in range(suite.seeds)], "envs": suite.envs,
+                                        "device": str(resolve_device(suite.device)), "video": suite.video,
+                                        "suite": args.suite})
+        if args.out:
+            write_report(report, out)
     print(json.dumps(report) if args.json else markdown(report), end="\n" if args.json else "")
     return 0
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -15,7 +16,11 @@ from typing import Any
 
 import yaml
 
+from roborl.config_rules import check_choices, check_value, param
 from roborl.errors import UserError
+from roborl.policies.configuration_diffusion import DPPOConfig
+from roborl.policies.configuration_flow import FlowNoiseConfig, FlowSDEConfig, FPOConfig
+from roborl.policies.gaussian import ACTIVATIONS
 from roborl.policies.vla.spec import VLASpec
 from roborl.sim.randomization import Randomization
 
@@ -24,35 +29,37 @@ from roborl.sim.randomization import Randomization
 class RMConfig:
     machine: str | None = None  # a reward-machine file (tasks/*.rm) or module:function returning one
     ltlf: str | None = None  # or an LTLf formula over the task's labels, e.g. "F(at_a & F(at_b))"
-    reward: str = "replace"  # replace the task's reward by the machine's, or add them
-    shaping_gamma: float | None = None  # potential-based shaping with Φ = V_RM and this γ (= algo.gamma); None: off
+    reward: str = param("replace", choices=("replace", "add"))  # replace the task's reward by the machine's, or add them
+    # potential-based shaping with Φ = V_RM and this γ (= algo.gamma); None: off
+    shaping_gamma: float | None = param(None, ge=0, le=1)
 
 
 @dataclass
 class ShieldConfig:
     workspace: list[float] = field(default_factory=list)  # [x0, y0, z0, x1, y1, z1]: box for the TCP target
-    max_speed: float | None = None  # m/s of the commanded TCP motion (ee_delta_pos)
-    action_rate: float | None = None  # max change of each action dimension per step
-    joint_margin: float | None = None  # joint_delta_pos: keep joint targets this far (rad) inside the limits
+    max_speed: float | None = param(None, gt=0)  # m/s of the commanded TCP motion (ee_delta_pos)
+    action_rate: float | None = param(None, gt=0)  # max change of each action dimension per step
+    joint_margin: float | None = param(None, ge=0)  # joint_delta_pos: keep joint targets this far (rad) inside the limits
     keep_out: list[list[float]] = field(default_factory=list)  # spheres [x, y, z, r] the TCP stays out of (CBF)
-    cbf_alpha: float = 0.5
-    cbf_margin: float = 0.02  # metres added to every keep-out radius
+    cbf_alpha: float = param(0.5, gt=0)
+    cbf_margin: float = param(0.02, ge=0)  # metres added to every keep-out radius
     automaton: str | None = None  # module:factory returning an AutomatonShield (e.g. roborl.shields.presets:pick_place_gripper)
-    penalty: float = 0.0  # subtracted from the reward of a step where the shield intervened
+    penalty: float = param(0.0, ge=0)  # subtracted from the reward of a step where the shield intervened
 
 
 @dataclass
 class EnvConfig:
     id: str = "mujoco/Reach"
-    num_envs: int = 64
+    num_envs: int = param(64, ge=1)
     controller: str = "ee_delta_pos"
-    control_freq: int = 20
-    episode_length: int | None = None  # None: the task's default
+    control_freq: int = param(20, ge=1)
+    episode_length: int | None = param(None, ge=1)  # None: the task's default
     obs_mode: str = "state"
-    render_size: list[int] = field(default_factory=lambda: [128, 128])
-    backend: str = "mujoco"  # physics of the mujoco/ tasks: mujoco (CPU threads) | warp (MuJoCo Warp, GPU)
-    action_chunk: int = 1  # K: one policy decision executes K actions of its chunk (sim/chunking.py)
-    obs_history: int = 1  # n: `state` holds the last n states of the episode (sim/history.py)
+    render_size: list[int] = param(factory=lambda: [128, 128], ge=8)
+    # physics of the mujoco/ tasks: mujoco (CPU threads) | warp (MuJoCo Warp, GPU)
+    backend: str = param("mujoco", choices=("mujoco", "warp"))
+    action_chunk: int = param(1, ge=1)  # K: one policy decision executes K actions of its chunk (sim/chunking.py)
+    obs_history: int = param(1, ge=1)  # n: `state` holds the last n states of the episode (sim/history.py)
     # asymmetric actor-critic: the task's privileged state (objects, goal) as `critic_state`, which a VLA's
     # value head reads beside the backbone features and the policy never does (embedded mujoco/ tasks that have it)
     critic_state: bool = False
@@ -69,47 +76,22 @@ class EnvConfig:
 
 
 @dataclass
-class DPPOConfig:
-    finetune_steps: int = 5  # K': the last K' denoising steps are fine-tuned, earlier ones use a frozen copy
-    min_sampling_std: float = 0.1
-    min_logprob_std: float = 0.1
-    denoise_discount: float = 0.99  # γ_d: advantage of denoising step j scaled by γ_d^(K'-1-j)
-    clip_base: float = 0.001  # ε_b: clip range of the first fine-tuned step, growing to algo.clip at the last
-
-
-@dataclass
-class FlowNoiseConfig:
-    min_std: float = 0.08
-    max_std: float = 0.16
-
-
-@dataclass
-class FlowSDEConfig:
-    noise_level: float = 0.5  # a in σ_t = a·sqrt(t / (1 − t))
-
-
-@dataclass
-class FPOConfig:
-    samples: int = 8  # (τ, ε) pairs per action; each pair's ratio is clipped on its own
-
-
-@dataclass
 class PolicyConfig:
     # gaussian | diffusion | flow | residual (a correction of `residual.base`) | token_vla | flow_vla (policies/vla)
     kind: str = "gaussian"
-    hidden: list[int] = field(default_factory=lambda: [256, 256])
-    activation: str = "tanh"
+    hidden: list[int] = param(factory=lambda: [256, 256], ge=1)
+    activation: str = param("tanh", choices=tuple(ACTIVATIONS))
     init_log_std: float = -0.5
     normalize_obs: bool = True
     init: str | None = None  # start from this checkpoint's weights (a BC policy, for RL fine-tuning)
     # take only these submodules from `init` (e.g. [backbone]: a VLA's pretrained backbone, a new expert)
     init_modules: list[str] = field(default_factory=list)
-    horizon: int = 1  # H: actions predicted per decision (diffusion / flow); env.action_chunk of them run
-    denoiser: str = "mlp"  # mlp | unet (diffusion / flow network)
-    critic_hidden: list[int] = field(default_factory=lambda: [256, 256])
-    steps: int = 10  # denoising steps (diffusion, DDIM) or Euler steps (flow) per action
-    train_timesteps: int = 100  # DDPM training timesteps (diffusion)
-    eta: float = 1.0  # DDIM η (diffusion); > 0 keeps sampling stochastic
+    horizon: int = param(1, ge=1)  # H: actions predicted per decision (diffusion / flow); env.action_chunk of them run
+    denoiser: str = param("mlp", choices=("mlp", "unet"))  # mlp | unet (diffusion / flow network)
+    critic_hidden: list[int] = param(factory=lambda: [256, 256], ge=1)
+    steps: int = param(10, ge=1)  # denoising steps (diffusion, DDIM) or Euler steps (flow) per action
+    train_timesteps: int = param(100, ge=1)  # DDPM training timesteps (diffusion)
+    eta: float = param(1.0, ge=0)  # DDIM η (diffusion); > 0 keeps sampling stochastic
     rl_mode: str | None = None  # diffusion: dppo; flow: flow_noise | flow_sde | fpo
     dppo: DPPOConfig = field(default_factory=DPPOConfig)
     flow_noise: FlowNoiseConfig = field(default_factory=FlowNoiseConfig)
@@ -125,56 +107,54 @@ class PolicyConfig:
 
 @dataclass
 class PPOConfig:
-    lr: float = 3e-4
-    gamma: float = 0.8
-    gae_lambda: float = 0.9
-    clip: float = 0.2
-    clip_high: float | None = None  # the ratio's upper clip range, 1 + clip_high (None: algo.clip); DAPO's clip-higher
-    group_size: int = 1  # G > 1: each iteration starts groups of G envs from one state; advantages centered per group
-    epochs: int = 4
-    minibatches: int = 4
-    ent_coef: float = 0.0
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
+    lr: float = param(3e-4, gt=0)
+    gamma: float = param(0.8, ge=0, le=1)
+    gae_lambda: float = param(0.9, ge=0, le=1)
+    clip: float = param(0.2, gt=0, lt=1)
+    # the ratio's upper clip range, 1 + clip_high (None: algo.clip); DAPO's clip-higher
+    clip_high: float | None = param(None, gt=0)
+    # G > 1: each iteration starts groups of G envs from one state; advantages centered per group
+    group_size: int = param(1, ge=1)
+    epochs: int = param(4, ge=1)
+    minibatches: int = param(4, ge=1)
+    ent_coef: float = param(0.0, ge=0)
+    vf_coef: float = param(0.5, ge=0)
+    max_grad_norm: float = param(0.5, gt=0)
     clip_value_loss: bool = True
     norm_adv: bool = True
     norm_adv_by_task: bool = False  # standardize each task's advantages (obs["task_id"]) over the rollout
-    target_kl: float | None = None  # stop the epochs early once the approximate KL exceeds this
+    target_kl: float | None = param(None, gt=0)  # stop the epochs early once the approximate KL exceeds this
     adaptive_lr: bool = False  # rsl_rl's schedule: lr ÷1.5 when KL > 2·desired_kl, ×1.5 when < ½·desired_kl
-    desired_kl: float = 0.01
+    desired_kl: float = param(0.01, gt=0)
     anneal_lr: bool = False  # decay the policy's lr linearly to 0 over train.total_steps (CleanRL)
-    critic_lr: float | None = None  # a learning rate of the critic's own (None: algo.lr for everything)
-    backbone_lr: float | None = None  # a VLA backbone's own learning rate (None: algo.lr), e.g. slow under a fast expert
-    value_clip: float | None = None  # clip range of the value loss (None: algo.clip)
-    critic_warmup: int = 0  # iterations that fit only the critic before the policy moves
-    bc_coef: float = 0.0  # weight of the pull toward the pretrained policy (diffusion / flow)
-    cost_limit: float | None = None  # PPO-Lagrangian: keep the mean episode cost (info["cost"]) under this
-    lagrange_ki: float = 0.01  # PID-Lagrangian gains on (episode cost − cost_limit); ki alone = gradient ascent on λ
-    lagrange_kp: float = 0.0
-    lagrange_kd: float = 0.0
+    critic_lr: float | None = param(None, gt=0)  # a learning rate of the critic's own (None: algo.lr for everything)
+    # a VLA backbone's own learning rate (None: algo.lr), e.g. slow under a fast expert
+    backbone_lr: float | None = param(None, gt=0)
+    value_clip: float | None = param(None, gt=0)  # clip range of the value loss (None: algo.clip)
+    critic_warmup: int = param(0, ge=0)  # iterations that fit only the critic before the policy moves
+    bc_coef: float = param(0.0, ge=0)  # weight of the pull toward the pretrained policy (diffusion / flow)
+    cost_limit: float | None = param(None, ge=0)  # PPO-Lagrangian: keep the mean episode cost (info["cost"]) under this
+    lagrange_ki: float = param(0.01, ge=0)  # PID-Lagrangian gains on (episode cost − cost_limit); ki alone = gradient ascent on λ
+    lagrange_kp: float = param(0.0, ge=0)
+    lagrange_kd: float = param(0.0, ge=0)
 
-    def __post_init__(self) -> None:
-        if self.clip_high is not None and self.clip_high <= 0:
-            raise UserError(f"algo.clip_high must be positive (the ratio's upper bound is 1 + clip_high), got "
-                            f"{self.clip_high}; leave it unset for PPO's symmetric clip")
-        if not isinstance(self.group_size, int) or self.group_size < 1:
-            raise UserError(f"algo.group_size must be a positive integer (1: no group resets), got {self.group_size!r}")
 
 
 @dataclass
 class SACConfig:
-    lr: float = 3e-4  # actor and critics
-    gamma: float = 0.9
-    tau: float = 0.005  # Polyak rate of the target critics
-    batch_size: int = 256
-    buffer_size: int = 1_000_000  # transitions, kept on train.device
-    utd_ratio: float = 0.5  # gradient updates per environment transition (N envs step → round(N·utd) updates)
-    seed_steps: int = 10000  # env steps of base-policy rollouts (no residual) before the first update
-    progressive_steps: int = 0  # Policy Decorator: the residual is on per episode with prob min(t/H, 1); 0: always on
-    init_alpha: float = 0.1  # entropy temperature, learned toward target_entropy
+    lr: float = param(3e-4, gt=0)  # actor and critics
+    gamma: float = param(0.9, ge=0, le=1)
+    tau: float = param(0.005, gt=0, le=1)  # Polyak rate of the target critics
+    batch_size: int = param(256, ge=1)
+    buffer_size: int = param(1_000_000, ge=1)  # transitions, kept on train.device
+    utd_ratio: float = param(0.5, gt=0)  # gradient updates per environment transition (N envs step → round(N·utd) updates)
+    seed_steps: int = param(10000, ge=0)  # env steps of base-policy rollouts (no residual) before the first update
+    # Policy Decorator: the residual is on per episode with prob min(t/H, 1); 0: always on
+    progressive_steps: int = param(0, ge=0)
+    init_alpha: float = param(0.1, gt=0)  # entropy temperature, learned toward target_entropy
     target_entropy: float | None = None  # None: −action_dim
-    critic_hidden: list[int] = field(default_factory=lambda: [256, 256])
-    actor_delay: int = 1  # critic updates per actor update
+    critic_hidden: list[int] = param(factory=lambda: [256, 256], ge=1)
+    actor_delay: int = param(1, ge=1)  # critic updates per actor update
     crm: bool = False  # with env.rm: store each transition as seen from every machine state (CRM)
 
 
@@ -185,79 +165,66 @@ GRPO_LOSS_AGG = ("token_mean", "seq_mean_token_mean")
 @dataclass
 class GRPOConfig:
     """Critic-free group-relative PPO (roborl/grpo.py); optimizer, epochs and minibatches come from `algo`."""
-    group_size: int = 8  # G: consecutive envs started from one initial state (env.num_envs must be a multiple)
-    reward: str = "success"  # episode outcome: success (at any step) | success_at_end | return | return_to_go
+    group_size: int = param(8, ge=2)  # G: consecutive envs started from one initial state (env.num_envs must be a multiple)
+    # episode outcome: success (at any step) | success_at_end | return | return_to_go
+    reward: str = param("success", choices=GRPO_REWARDS)
     # (return_to_go: each step's return from there on, against the group's at that step; roborl/algos/grpo.py)
     std_normalize: bool = True  # A = (R − mean) / (std + eps) per group; false: Dr.GRPO's A = R − mean
-    eps: float = 1.0e-6
-    clip_low: float = 0.2  # ratio clipped to [1 − clip_low, 1 + clip_high] (DAPO's clip-higher)
-    clip_high: float = 0.28
+    eps: float = param(1.0e-6, ge=0)
+    clip_low: float = param(0.2, gt=0, lt=1)  # ratio clipped to [1 − clip_low, 1 + clip_high] (DAPO's clip-higher)
+    clip_high: float = param(0.28, gt=0)
     dynamic_sampling: bool = True  # drop groups whose rewards all agree (zero variance, no signal; DAPO)
-    resample_rounds: int = 0  # extra rollout rounds that refill the batch with groups that have signal (DAPO)
-    loss_agg: str = "token_mean"  # token_mean: every step weighs alike (DAPO) | seq_mean_token_mean: every episode
+    resample_rounds: int = param(0, ge=0)  # extra rollout rounds that refill the batch with groups that have signal (DAPO)
+    # token_mean: every step weighs alike (DAPO) | seq_mean_token_mean: every episode
+    loss_agg: str = param("token_mean", choices=GRPO_LOSS_AGG)
 
-    def __post_init__(self) -> None:
-        if self.group_size < 2:
-            raise UserError(f"grpo.group_size must be at least 2 (a group compares episodes), got {self.group_size}")
-        if self.reward not in GRPO_REWARDS:
-            raise UserError(f"grpo.reward '{self.reward}' is unknown; available: {', '.join(GRPO_REWARDS)}")
-        if self.loss_agg not in GRPO_LOSS_AGG:
-            raise UserError(f"grpo.loss_agg '{self.loss_agg}' is unknown; available: {', '.join(GRPO_LOSS_AGG)}")
-        if not 0 < self.clip_low < 1 or self.clip_high <= 0:
-            raise UserError(f"grpo.clip_low must be in (0, 1) and grpo.clip_high > 0, got {self.clip_low} and "
-                            f"{self.clip_high}")
-        if self.resample_rounds < 0:
-            raise UserError(f"grpo.resample_rounds must be 0 or more, got {self.resample_rounds}")
 
 
 @dataclass
 class ResidualConfig:
     base: str | None = None  # expert | a checkpoint path (.safetensors) | module:factory (factory(env) -> callable)
-    base_noise: float = 0.0  # expert only: std of Gaussian noise on its normalized actions
+    base_noise: float = param(0.0, ge=0)  # expert only: std of Gaussian noise on its normalized actions
     base_bias: list[float] = field(default_factory=list)  # expert only: constant offset of its actions
-    scale: float = 0.1  # action = base + scale·tanh(residual)
-    inputs: str = "obs+base"  # what the residual sees: obs+base | obs
+    scale: float = param(0.1, gt=0)  # action = base + scale·tanh(residual)
+    inputs: str = param("obs+base", choices=("obs+base", "obs"))  # what the residual sees: obs+base | obs
 
 
 @dataclass
 class BCConfig:
     demos: str = ""  # a directory written by `roborl demos` or its demos.hdf5
-    max_episodes: int | None = None  # use only the first N (successful) episodes
+    max_episodes: int | None = param(None, ge=1)  # use only the first N (successful) episodes
     success_only: bool = True
-    steps: int = 20000  # gradient steps
-    batch_size: int = 256
-    lr: float = 1.0e-3
-    weight_decay: float = 1.0e-6
-    eval_every: int = 2000  # gradient steps
+    steps: int = param(20000, ge=1)  # gradient steps
+    batch_size: int = param(256, ge=1)
+    lr: float = param(1.0e-3, gt=0)
+    weight_decay: float = param(1.0e-6, ge=0)
+    eval_every: int = param(2000, ge=1)  # gradient steps
 
 
 @dataclass
 class TrainConfig:
     algorithm: str = "ppo"  # ppo (on-policy, section `algo`) | sac (off-policy, section `sac`) | grpo (`grpo`, `algo`)
-    total_steps: int = 1_000_000
-    rollout_steps: int = 50
-    eval_every: int = 10  # iterations
-    eval_episodes: int = 32
-    eval_envs: int = 32
+    total_steps: int = param(1_000_000, ge=1)
+    rollout_steps: int = param(50, ge=1)
+    eval_every: int = param(10, ge=1)  # iterations
+    eval_episodes: int = param(32, ge=1)
+    eval_envs: int = param(32, ge=1)
     video: bool = True
-    video_envs: int = 4
-    save_every: int = 10  # iterations
-    seed: int = 0
+    video_envs: int = param(4, ge=1)
+    save_every: int = param(10, ge=1)  # iterations
+    seed: int = param(0, ge=0)
     device: str = "auto"
-    threads: int | None = None
+    threads: int | None = param(None, ge=1)
     run_dir: str = "runs"
     name: str | None = None
     resume: str | None = None
     progress: bool = True
-    max_minutes: float | None = None  # stop (and save) once the run's wall time, across resumes, passes this
+    max_minutes: float | None = param(None, gt=0)  # stop (and save) once the run's wall time, across resumes, passes this
     eval_at_start: bool = True  # evaluate a pretrained policy (policy.init) before the first update
-    stop_at_success: float | None = None  # end the run once deterministic eval success reaches this
-
-    def __post_init__(self) -> None:
-        for key in ("total_steps", "rollout_steps", "eval_every", "eval_episodes", "eval_envs", "save_every"):
-            if getattr(self, key) < 1:
-                raise UserError(f"train.{key} must be at least 1, got {getattr(self, key)}")
-
+    # which evaluation keeps best.safetensors: success (rate) | return (mean) | auto: success where the env
+    # reports it, else return (Gymnasium envs without `is_success`)
+    best_metric: str = param("auto", choices=("auto", "success", "return"))
+    stop_at_success: float | None = param(None, ge=0, le=1)  # end the run once deterministic eval success reaches this
 
 SEED_STRIDE = 100_000  # learner r seeds with train.seed + r·SEED_STRIDE; Ray env worker i with + (i + 1)·SEED_STRIDE
 DIST_BACKENDS = ("auto", "gloo", "nccl")  # torch.distributed backends of resources.backend
@@ -266,43 +233,35 @@ INFERENCE_PLACEMENTS = ("collocated", "learner")  # where rollout inference runs
 
 @dataclass
 class ResourcesConfig:
-    learners: int = 1  # processes, each stepping env.num_envs / learners envs; gradients averaged (roborl/distributed.py)
+    # processes, each stepping env.num_envs / learners envs; gradients averaged (roborl/distributed.py)
+    learners: int = param(1, ge=1)
     compile: bool = False  # torch.compile the policy's act in rollouts, GAE and the PPO loss (roborl/compiling.py)
     cuda_graphs: bool = False  # with compile on CUDA: rollout inference replayed as CUDA graphs (fixed shapes)
-    backend: str = "auto"  # torch.distributed backend: auto (nccl on CUDA, gloo on CPU) | gloo | nccl
+    # torch.distributed backend: auto (nccl on CUDA, gloo on CPU) | gloo | nccl
+    backend: str = param("auto", choices=DIST_BACKENDS)
     # Ray env workers (roborl/ray_workers.py): 0 steps the envs in the learner's process
-    env_workers: int = 0  # Ray actors, each stepping env.num_envs / env_workers envs
-    inference: str = "collocated"  # collocated: each env worker acts with its copy of the policy | learner: the
+    env_workers: int = param(0, ge=0)  # Ray actors, each stepping env.num_envs / env_workers envs
+    # collocated: each env worker acts with its copy of the policy | learner: the
+    inference: str = param("collocated", choices=INFERENCE_PLACEMENTS)
     # learner acts on every step's gathered observations (disaggregated; one round trip per step)
     async_rollouts: bool = False  # workers collect the next rollouts while the learner updates (collocated only)
-    max_staleness: int = 1  # async: rollouts in flight per worker, so a rollout lags the learner by <= this
-    is_clip: float = 1.0  # async: truncation of the importance weight π_learner/π_behaviour (V-trace's ρ̄)
+    max_staleness: int = param(1, ge=1)  # async: rollouts in flight per worker, so a rollout lags the learner by <= this
+    is_clip: float = param(1.0, gt=0)  # async: truncation of the importance weight π_learner/π_behaviour (V-trace's ρ̄)
     device: str | None = None  # env workers' device (simulation, collocated inference); None: train.device
-    worker_cpus: float = 1.0  # Ray resources each env worker asks for (placement)
-    worker_gpus: float = 0.0
+    worker_cpus: float = param(1.0, ge=0)  # Ray resources each env worker asks for (placement)
+    worker_gpus: float = param(0.0, ge=0)
     # placement across a cluster: worker i prefers the node with custom resource worker_nodes[i % len] (soft:
     # a worker whose node is gone is replaced wherever Ray finds room), e.g. [head, node_b]
     worker_nodes: list[str] = field(default_factory=list)
     ray_address: str | None = None  # None: start a local Ray instance; "auto" or "host:port": join that cluster
-    max_restarts: int = 3  # env workers that may die and be replaced before the run fails
+    max_restarts: int = param(3, ge=0)  # env workers that may die and be replaced before the run fails
 
     def __post_init__(self) -> None:
-        if self.learners < 1:
-            raise UserError(f"resources.learners must be at least 1, got {self.learners}")
-        if self.backend not in DIST_BACKENDS:
-            raise UserError(f"resources.backend '{self.backend}' is unknown; available: {', '.join(DIST_BACKENDS)}")
         if self.cuda_graphs and not self.compile:
             raise UserError("resources.cuda_graphs replays compiled kernels: set resources.compile: true too")
-        if self.env_workers < 0:
-            raise UserError(f"resources.env_workers must be 0 (no Ray) or more, got {self.env_workers}")
-        if self.inference not in INFERENCE_PLACEMENTS:
-            raise UserError(f"resources.inference '{self.inference}' is unknown; available: "
-                            f"{', '.join(INFERENCE_PLACEMENTS)}")
         if self.async_rollouts and self.inference != "collocated":
             raise UserError("resources.async_rollouts needs resources.inference collocated (workers that act "
                             "with their own copy of the policy)")
-        if self.max_staleness < 1:
-            raise UserError(f"resources.max_staleness must be at least 1, got {self.max_staleness}")
 
 
 @dataclass
@@ -318,40 +277,76 @@ class Config:
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
 
     def __post_init__(self) -> None:
-        if self.algo.norm_adv_by_task and (self.train.algorithm != "ppo" or not self.algo.norm_adv):
-            raise UserError("algo.norm_adv_by_task standardizes PPO's advantages per task: it needs "
-                            "train.algorithm ppo and algo.norm_adv true")
-        if self.algo.clip_high is not None and self.train.algorithm != "ppo":
-            raise UserError(f"algo.clip_high is PPO's upper clip range; train.algorithm {self.train.algorithm} does not "
-                            "read it (GRPO's range is grpo.clip_low / grpo.clip_high): unset algo.clip_high")
-        if self.algo.group_size > 1 and (self.train.algorithm != "ppo" or self.resources.env_workers
-                                         or self.resources.learners > 1):
-            raise UserError("algo.group_size is PPO's group resets in one process: it needs train.algorithm ppo, "
-                            "resources.env_workers 0 and resources.learners 1 (GRPO's groups are grpo.group_size)")
-        workers = self.resources.env_workers
-        if workers:
-            if self.env.num_envs % workers:
-                raise UserError(f"env.num_envs ({self.env.num_envs}) must be divisible by resources.env_workers "
-                                f"({workers}): each env worker steps an equal share of the envs")
-            if self.train.algorithm != "ppo" and self.resources.inference == "collocated":
-                raise UserError(f"train.algorithm {self.train.algorithm} collects in the learner's process, not in "
-                                "Ray env workers: set resources.inference=learner (the workers simulate, the "
-                                "learner acts)")
-            if self.resources.learners > 1:
-                raise UserError("resources.env_workers and resources.learners > 1 cannot be combined yet; "
-                                "use one of them")
-        learners = self.resources.learners
-        if learners == 1:
-            return
-        if self.env.num_envs % learners:
-            raise UserError(f"env.num_envs ({self.env.num_envs}) must be divisible by resources.learners ({learners}): "
-                            "each learner steps an equal share of the envs")
-        if self.train.algorithm != "ppo":
-            raise UserError(f"resources.learners > 1 trains with ppo; train.algorithm {self.train.algorithm} runs "
-                            "in one process (resources.learners=1)")
-        if self.algo.cost_limit is not None:
-            raise UserError("resources.learners > 1 does not support algo.cost_limit (PPO-Lagrangian) yet; "
-                            "use resources.learners=1")
+        check_choices(self)  # keys the chosen algorithm and policy kind do not read
+        check_relations(self)
+
+
+def check_relations(cfg: Config) -> None:
+    """The rules that tie keys of several sections together, each refused in one line."""
+    e, t, r, a = cfg.env, cfg.train, cfg.resources, cfg.algo
+    check_memory(cfg)
+    per_iteration = e.num_envs * t.rollout_steps * e.action_chunk
+    if per_iteration > t.total_steps:
+        chunk = " × env.action_chunk" if e.action_chunk > 1 else ""
+        raise UserError(f"train.total_steps ({t.total_steps}) is less than one iteration, env.num_envs × "
+                        f"train.rollout_steps{chunk} = {per_iteration}: raise train.total_steps or lower the others")
+    if a.cost_limit is not None and cfg.policy.kind != "gaussian":
+        raise UserError("algo.cost_limit (PPO-Lagrangian) needs policy.kind gaussian (the policy with a cost critic)")
+    if a.norm_adv_by_task and not a.norm_adv:
+        raise UserError("algo.norm_adv_by_task standardizes PPO's advantages per task: it needs algo.norm_adv true")
+    if t.algorithm == "ppo":
+        rows = e.num_envs // r.learners * t.rollout_steps
+        if a.minibatches > rows:
+            raise UserError(f"algo.minibatches ({a.minibatches}) must be at most the rows of one rollout, env.num_envs "
+                            f"× train.rollout_steps{' / resources.learners' if r.learners > 1 else ''} = {rows}")
+    if cfg.sac.batch_size > cfg.sac.buffer_size:
+        raise UserError(f"sac.batch_size ({cfg.sac.batch_size}) must be at most sac.buffer_size ({cfg.sac.buffer_size})")
+    if cfg.policy.flow_noise.min_std > cfg.policy.flow_noise.max_std:
+        raise UserError(f"policy.flow_noise.min_std ({cfg.policy.flow_noise.min_std}) must be at most "
+                        f"policy.flow_noise.max_std ({cfg.policy.flow_noise.max_std})")
+    if r.env_workers:
+        if e.num_envs % r.env_workers:
+            raise UserError(f"env.num_envs ({e.num_envs}) must be divisible by resources.env_workers "
+                            f"({r.env_workers}): each env worker steps an equal share of the envs")
+        if t.algorithm != "ppo" and r.inference == "collocated":
+            raise UserError(f"train.algorithm {t.algorithm} collects in the learner's process, not in Ray env "
+                            "workers: set resources.inference=learner (the workers simulate, the learner acts)")
+        if a.group_size > 1 and r.inference == "collocated":
+            raise UserError("algo.group_size resets groups from the learner: with Ray env workers set "
+                            "resources.inference=learner")
+        if r.learners > 1:
+            raise UserError("resources.env_workers and resources.learners > 1 cannot be combined yet; use one of them")
+    if r.learners == 1:
+        return
+    if e.num_envs % r.learners:
+        raise UserError(f"env.num_envs ({e.num_envs}) must be divisible by resources.learners ({r.learners}): "
+                        "each learner steps an equal share of the envs")
+    if t.algorithm == "sac":
+        raise UserError("resources.learners > 1 averages the gradients of PPO and GRPO; train.algorithm sac trains in "
+                        "one learner process (resources.learners=1; resources.env_workers spreads its envs)")
+    if a.cost_limit is not None:
+        raise UserError("resources.learners > 1 does not support algo.cost_limit (PPO-Lagrangian) yet; "
+                        "use resources.learners=1")
+
+
+ENV_BYTES = 16 * 1024  # a lower bound on the memory of one simulated env (a small MuJoCo scene's MjData)
+STEP_BYTES = 64  # a lower bound on one env's rollout row without images (a few floats)
+
+
+def check_memory(cfg: Config) -> None:
+    """Refuses env counts and buffers whose memory, estimated from below, exceeds this machine's, before
+    anything is allocated (a run that cannot fit would otherwise swap for minutes, then fail)."""
+    e, t = cfg.env, cfg.train
+    image = 3 * e.render_size[0] * e.render_size[-1] if "rgb" in e.obs_mode else 0
+    needed = e.num_envs * (ENV_BYTES + t.rollout_steps * (STEP_BYTES + image))
+    if t.algorithm == "sac":
+        needed += cfg.sac.buffer_size * 2 * STEP_BYTES  # observation and next observation of each transition
+    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > available:
+        replay = f", sac.buffer_size={cfg.sac.buffer_size}" if t.algorithm == "sac" else ""
+        raise UserError(f"this run needs at least {needed / 2**30:.1f} GiB (env.num_envs={e.num_envs}, "
+                        f"train.rollout_steps={t.rollout_steps}{replay}), more than this machine's "
+                        f"{available / 2**30:.1f} GiB: lower them")
 
 
 def _type_name(tp: Any) -> str:
@@ -395,7 +390,8 @@ def _build(cls: type, data: Any, path: str) -> Any:
     if not isinstance(data, dict):
         raise UserError(f"config section '{path or '<root>'}' must be a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    names = list(fields)
     kwargs = {}
     for key, value in data.items():
         full = f"{path}.{key}" if path else str(key)
@@ -404,7 +400,11 @@ def _build(cls: type, data: Any, path: str) -> Any:
             hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
             raise UserError(f"unknown config key '{full}'; {hint}valid keys here: {', '.join(names)}")
         tp = hints[key]
-        kwargs[key] = _build(tp, value, full) if dataclasses.is_dataclass(tp) else _check(value, tp, full)
+        if dataclasses.is_dataclass(tp):
+            kwargs[key] = _build(tp, value, full)
+        else:
+            kwargs[key] = _check(value, tp, full)
+            check_value(kwargs[key], fields[key].metadata, full)
     return cls(**kwargs)
 
 
@@ -425,7 +425,11 @@ def parse_overrides(overrides: list[str]) -> dict:
         if not sep or not key:
             raise UserError(f"override '{item}' must look like key=value (e.g. train.total_steps=200000)")
         key = {"resume": "train.resume"}.get(key, key)
-        _set_dotted(tree, key, yaml.safe_load(raw) if raw else None)
+        try:
+            value = yaml.safe_load(raw) if raw else None
+        except yaml.YAMLError as exc:
+            raise UserError(f"override '{item}': the value is not valid YAML ({str(exc).splitlines()[0]})") from None
+        _set_dotted(tree, key, value)
     return tree
 
 
@@ -447,14 +451,32 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
 
         data = Checkpoint(resume).config
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise UserError(f"config file '{path}' does not exist (see configs/ for examples)")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise UserError(f"config file '{path}' is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        data = read_config_file(Path(path))
     return config_from_dict(_merge(data, extra))
+
+
+def read_config_file(path: Path) -> dict:
+    """The mapping a YAML config file holds; anything else is refused in one line."""
+    if path.is_dir():
+        raise UserError(f"config file '{path}' is a directory; give a YAML file (see configs/ for examples)")
+    if not path.is_file():
+        raise UserError(f"config file '{path}' does not exist (see configs/ for examples)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"config file '{path}' is not UTF-8 text (a binary or compressed file?); give a YAML "
+                        "file") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UserError(f"config file '{path}' is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if data is None:
+        raise UserError(f"config file '{path}' is empty; give at least the keys that differ from the defaults "
+                        "(see configs/ppo_reach.yaml)")
+    if not isinstance(data, dict):
+        raise UserError(f"config file '{path}' must hold a mapping of sections (env:, train:, ...), not a "
+                        f"{type(data).__name__}")
+    return data
 
 
 def config_from_dict(data: dict) -> Config:

@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 
 from roborl import stats
-from roborl.runner import write_json
+from roborl.run_dir import write_json
 
 SCHEMA = "roborl.eval/1"
 METRICS = {"success": "success", "success_once": "success_once", "return": "return", "episode_length": "length"}

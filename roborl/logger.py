@@ -9,8 +9,11 @@ from tqdm import tqdm
 
 
 class Logger:
-    def __init__(self, run_dir: Path, total_steps: int, initial_steps: int = 0, progress: bool = True) -> None:
-        self.writer = SummaryWriter(str(run_dir / "tb"))
+    def __init__(self, run_dir: Path, total_steps: int, initial_steps: int = 0, progress: bool = True,
+                 purge_step: int | None = None) -> None:
+        """`purge_step`: events of earlier writers at this step and later are dropped when TensorBoard reads
+        the run (a resumed run's, past its checkpoint)."""
+        self.writer = SummaryWriter(str(run_dir / "tb"), purge_step=purge_step)
         self.bar = tqdm(total=total_steps, initial=initial_steps, unit="step", unit_scale=True,
                         disable=not progress, dynamic_ncols=True, desc=run_dir.name)
 

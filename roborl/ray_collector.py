@@ -20,8 +20,9 @@ from roborl.algos.base import Algorithm
 from roborl.collect import EpisodeLog
 from roborl.config import Config
 from roborl.errors import UserError
-from roborl.ray_vec_env import RayVecEnv, concat
+from roborl.ray_vec_env import RayVecEnv
 from roborl.ray_workers import WorkerPool
+from roborl.sim.batch import concat
 
 
 class RayCollector:

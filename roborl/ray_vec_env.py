@@ -14,30 +14,8 @@ import torch
 
 from roborl.errors import UserError
 from roborl.ray_workers import WorkerPool
+from roborl.sim.batch import concat, to_device, zeros_like_rows
 from roborl.sim.vec_env import Obs, VecEnv
-
-
-def concat(parts: list[Any]) -> Any:
-    """Batched values of the workers, concatenated along the env axis (dicts key by key)."""
-    first = parts[0]
-    if isinstance(first, torch.Tensor):
-        return torch.cat(parts)
-    if isinstance(first, dict):
-        return {k: concat([p[k] for p in parts]) for k in first}
-    if isinstance(first, list):
-        return [x for p in parts for x in p]
-    return first
-
-
-def zeros_like_rows(example: Any, n: int) -> Any:
-    """A value shaped like `example` with `n` rows of zeros (False, empty strings)."""
-    if isinstance(example, torch.Tensor):
-        return torch.zeros((n, *example.shape[1:]), dtype=example.dtype, device=example.device)
-    if isinstance(example, dict):
-        return {k: zeros_like_rows(v, n) for k, v in example.items()}
-    if isinstance(example, list):
-        return [""] * n
-    return example
 
 
 def merge_infos(infos: list[dict], obs: list[Obs], sizes: list[int]) -> dict:
@@ -83,11 +61,7 @@ class RayVecEnv(VecEnv):
         return self._action_scaling
 
     def to_device(self, value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            return value.to(self.device)
-        if isinstance(value, dict):
-            return {k: self.to_device(v) for k, v in value.items()}
-        return value
+        return to_device(value, self.device)
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> Obs:
         self.last_obs = self.pool.reset(seed, options)

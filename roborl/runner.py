@@ -14,7 +14,6 @@ import json
 import math
 import os
 import time
-from datetime import datetime
 from pathlib import Path
 
 import torch
@@ -27,27 +26,12 @@ from roborl.checkpoint import Checkpoint, save_checkpoint
 from roborl.collect import EpisodeLog
 from roborl.collectors import make_collector
 from roborl.config import Config, config_to_dict
+from roborl.config_rules import check_trainable
 from roborl.errors import UserError
 from roborl.evaluate import evaluate, require_video_writer
 from roborl.logger import Logger, SilentLogger
 from roborl.plots import plot_curves
-
-
-def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
-
-
-def new_run_dir(cfg: Config, default_name: str, hint: str = "choose another train.name") -> Path:
-    """`train.run_dir/train.name` (or `default_name` with a timestamp), created; an existing, non-empty
-    one is refused so that no earlier run is overwritten (`hint`, formatted with `run_dir`, says what to do)."""
-    name = cfg.train.name or f"{default_name}_{datetime.now():%Y%m%d-%H%M%S}"
-    run_dir = Path(cfg.train.run_dir) / name
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise UserError(f"run directory '{run_dir}' already exists; {hint.format(run_dir=run_dir)}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
+from roborl.run_dir import claim, new_run_dir, release, write_json
 
 
 def check_time_left(trained_s: float, max_minutes: float | None) -> None:
@@ -73,7 +57,7 @@ class Runner:
             require_video_writer()  # before the run dir exists, not at the first eval
         resume = Checkpoint(cfg.train.resume) if cfg.train.resume else None
         if resume is not None:
-            check_time_left(resume.trainer_state.get("wall_time_s", 0.0), cfg.train.max_minutes)
+            check_time_left(resume.training_state().get("wall_time_s", 0.0), cfg.train.max_minutes)
         self.device = resolve_device(cfg.train.device)
         torch.set_num_threads(cfg.train.threads or max(1, (os.cpu_count() or 1) // 2))
         torch.manual_seed(cfg.train.seed)
@@ -84,7 +68,7 @@ class Runner:
         comm.broadcast_module(self.policy)
         self.env_steps = 0
         self.iteration = 0
-        self.best_score = -1.0  # below any success rate: the first evaluation is the best so far
+        self.best_score: float | None = None  # of train.best_metric; the first evaluation is the best so far
         self.last_eval: dict[str, float] = {}
         self.eval_history: list[list[float]] = []  # [env_steps, wall_s, success_rate]
         self.wall_time_prev = 0.0
@@ -93,9 +77,9 @@ class Runner:
         if resume is not None:
             resume.load_policy(self.policy)
             self.algo.load_state_dict(resume.algo_state)
-            st = resume.trainer_state
+            st = resume.training_state()
             self.env_steps, self.iteration = st["env_steps"], st["iteration"]
-            self.best_score = st["best_success"]
+            self.best_score = st.get("best_score", st.get("best_success"))
             self.last_eval, self.wall_time_prev = st.get("last_eval", {}), st.get("wall_time_s", 0.0)
             self.eval_history = st.get("eval_history", [])
             self.train_violations = st.get("train_violation_steps", 0.0)
@@ -103,31 +87,42 @@ class Runner:
             torch.manual_seed(cfg.train.seed + self.iteration)
         elif cfg.policy.init:
             load_pretrained(self.policy, cfg.policy.init, cfg.policy.init_modules)
+        check_trainable(cfg)  # last of the checks, before anything is written
         self.run_dir = self.open_run_dir(run_dir)
         self.eval_env = None
 
     # ---- what only rank 0 does; the other learners take its word -------------------------------
     def open_run_dir(self, resumed: Path | None) -> Path:
-        """The directory of a resumed run, or a new one; with the run's config.yaml."""
+        """The directory of a resumed run, or a new one (claimed by this process); with the run's config.yaml.
+        The run's wall time counts segments that a kill cut short too (`clock.json`, written every iteration)."""
         path = None
         if self.is_main:
-            path = resumed or new_run_dir(self.cfg, self.cfg.env.id.replace("/", "_"), "choose another train.name "
-                                          "or continue it with resume={run_dir}/checkpoints/last.safetensors")
-            path.mkdir(parents=True, exist_ok=True)
+            t = self.cfg.train
+            if resumed is not None:
+                claim(resumed)
+                path = resumed
+                clock = path / "clock.json"
+                if clock.exists():
+                    self.wall_time_prev = max(self.wall_time_prev, json.loads(clock.read_text())["wall_time_s"])
+            else:
+                path = new_run_dir(t.name, t.run_dir, self.cfg.env.id.replace("/", "_"))
             (path / "config.yaml").write_text(yaml.safe_dump(config_to_dict(self.run_cfg), sort_keys=False))
         return Path(self.comm.broadcast_object(str(path) if path else None))
 
     def make_logger(self, total_steps: int) -> Logger | SilentLogger:
+        """TensorBoard and the progress bar. A resumed run drops what its killed predecessor logged after the
+        checkpoint it resumes from (TensorBoard's purge step), so every step has one point."""
         if not self.is_main:
             return SilentLogger()
-        return Logger(self.run_dir, total_steps, self.env_steps, self.cfg.train.progress)
+        purge = self.env_steps + 1 if self.iteration > 0 else None
+        return Logger(self.run_dir, total_steps, self.env_steps, self.cfg.train.progress, purge_step=purge)
 
     def write_summary(self, summary: dict) -> None:
         if self.is_main:
             write_json(self.run_dir / "summary.json", summary)
 
     def trainer_state(self, wall: float) -> dict:
-        return {"env_steps": self.env_steps, "iteration": self.iteration, "best_success": self.best_score,
+        return {"env_steps": self.env_steps, "iteration": self.iteration, "best_score": self.best_score,
                 "lr": self.algo.lr, "run_dir": str(self.run_dir), "last_eval": self.last_eval, "wall_time_s": wall,
                 "eval_history": self.eval_history, "train_violation_steps": self.train_violations}
 
@@ -164,16 +159,26 @@ class Runner:
         self.eval_history.append([self.env_steps, round(wall, 2), result["success_rate"]])
         plot_curves(self.run_dir / "eval_curve.png", {"deterministic eval": [(s, r) for s, _, r in self.eval_history]},
                     f"{self.run_dir.name}: {self.cfg.env.id}")
-        if result["success_rate"] > self.best_score:
-            self.best_score = result["success_rate"]
+        score = result[self.best_key()]
+        if self.best_score is None or score > self.best_score:
+            self.best_score = score
             self.save("best", wall)
         return result
+
+    def best_key(self) -> str:
+        """The evaluation result that picks best.safetensors (train.best_metric)."""
+        metric = self.cfg.train.best_metric
+        if metric == "auto":
+            metric = "success" if self.eval_env.unwrapped.reports_success else "return"
+        return "success_rate" if metric == "success" else "mean_return"
 
     def summary(self, wall: float) -> dict:
         return {"success_rate": self.last_eval.get("success_rate", float("nan")),
                 "success_once": self.last_eval.get("success_once", float("nan")),
                 "mean_return": self.last_eval.get("mean_return", float("nan")),
-                "best_success_rate": self.best_score, "env_steps": self.env_steps,
+                "best_success_rate": max((r for _, _, r in self.eval_history), default=float("nan")),
+                "best_score": self.best_score, "best_metric": self.best_key() if self.eval_env else None,
+                "env_steps": self.env_steps,
                 "iterations": self.iteration, "wall_time_s": round(wall, 2), "env": self.cfg.env.id,
                 "run_dir": str(self.run_dir), "eval_history": self.eval_history,
                 "train_violation_steps": self.train_violations, **self.collector.summary()}
@@ -215,6 +220,8 @@ class Runner:
                 self.env_steps += self.algo.env_steps * self.comm.world
                 self.train_violations += log.violations
                 wall = self.wall_time_prev + time.time() - start
+                if self.is_main:
+                    write_json(self.run_dir / "clock.json", {"wall_time_s": wall})
                 sps = steps_per_iter / (time.time() - it_start)
                 stats["sps"] = sps
                 logger.scalars("train", stats, self.env_steps)
@@ -226,7 +233,6 @@ class Runner:
                 if self.iteration % t.eval_every == 0 or last:
                     result = self.run_eval(wall)
                     logger.scalars("eval", result, self.env_steps)
-                    self.write_summary(self.summary(wall))
                     logger.bar.write(f"[{self.env_steps} steps, {wall:.0f}s] eval success {result['success_rate']:.3f} "
                                      f"(once {result['success_once']:.3f}) return {result['mean_return']:.2f}")
                     if t.stop_at_success is not None and result["success_rate"] >= t.stop_at_success:
@@ -237,16 +243,23 @@ class Runner:
                 logger.advance(steps_per_iter, postfix)
                 if self.iteration % t.save_every == 0 or last:
                     self.save("last", wall)
+                    self.write_summary(self.summary(wall))  # what the last checkpoint holds
                 if last:
                     break
         except KeyboardInterrupt:
             logger.bar.write("interrupted: saving the last checkpoint")
             self.save("last", wall)
+            self.write_summary(self.summary(wall))
         finally:
             logger.close()
         summary = self.summary(wall)
-        self.write_summary(summary)
+        self.close()
+        return summary if self.is_main else None
+
+    def close(self) -> None:
+        """Closes the envs and lets go of the run directory (another process may then carry the run on)."""
         self.collector.close()
         if self.eval_env is not None and self.eval_env is not self.env:
             self.eval_env.close()
-        return summary if self.is_main else None
+        if self.is_main:
+            release(self.run_dir)

@@ -89,3 +89,27 @@ def test_missing_video_writer_is_refused_before_the_run_starts(tmp_path, monkeyp
     assert "\n" not in str(err.value)
     assert not (tmp_path / "novideo").exists()
     assert importlib.util.find_spec("imageio_ffmpeg") is None  # the patch is what the trainer saw
+
+
+def test_checkpoint_messages_say_what_is_wrong(tmp_path):
+    """A directory, a policy-only checkpoint given to resume, and weights that do not fit their config are each
+    one line that says which and what to do."""
+    import torch
+
+    from roborl.builder import build
+    from roborl.checkpoint import save_checkpoint
+    from roborl.config import config_to_dict
+
+    assert_one_line_error(roborl("eval", str(tmp_path)), "is a directory, not a checkpoint file")
+    cfg = load_config(REACH, ["env.num_envs=2"])
+    env, policy = build(cfg, torch.device("cpu"))
+    env.close()
+    bare = tmp_path / "bare.safetensors"
+    save_checkpoint(bare, policy, None, config_to_dict(cfg), {})
+    assert_one_line_error(roborl("train", f"resume={bare}"), "holds a policy without the state of a training run",
+                          f"policy.init={bare}")
+    other = config_to_dict(load_config(REACH, ["env.num_envs=2", "policy.hidden=[32, 32]"]))
+    mismatch = tmp_path / "mismatch.safetensors"
+    save_checkpoint(mismatch, policy, None, other, {})
+    assert_one_line_error(roborl("eval", str(mismatch), "--episodes", "2", "--envs", "2"), "does not fit this policy: "
+                          "size mismatch for ", "more)")

@@ -17,8 +17,9 @@ def test_yaml_and_overrides(tmp_path):
 
 
 def test_exponent_floats_without_a_dot_and_nested_sections():
-    cfg = load_config(None, ["algo.lr=1e-4", "policy.kind=flow", "policy.fpo.samples=4", "policy.dppo.clip_base=2e-3"])
-    assert cfg.algo.lr == 1e-4 and cfg.policy.fpo.samples == 4 and cfg.policy.dppo.clip_base == 2e-3
+    cfg = load_config(None, ["algo.lr=1e-4", "policy.kind=flow", "policy.fpo.samples=4"])
+    assert cfg.algo.lr == 1e-4 and cfg.policy.fpo.samples == 4
+    assert load_config(None, ["policy.kind=diffusion", "policy.dppo.clip_base=2e-3"]).policy.dppo.clip_base == 2e-3
     with pytest.raises(UserError, match=r"'algo.lr' must be float"):
         load_config(None, ["algo.lr=fast"])
     with pytest.raises(UserError, match=r"unknown config key 'policy.fpo.sample'; did you mean 'samples'"):
@@ -32,7 +33,7 @@ def test_exponent_floats_without_a_dot_and_nested_sections():
     ("policy.hidden=64", r"'policy.hidden' must be a list of int"),
     ("algo.norm_adv=3", r"'algo.norm_adv' must be bool"),
     ("justtext", r"must look like key=value"),
-    ("algo.clip_high=-0.1", r"algo.clip_high must be positive"),
+    ("algo.clip_high=-0.1", r"config key 'algo.clip_high' must be > 0, got -0.1"),
     ("policy.dppo.finetune=3", r"unknown config key 'policy.dppo.finetune'; did you mean 'finetune_steps'"),
 ])
 def test_bad_keys_and_types_are_named(override, message):
@@ -56,3 +57,50 @@ def test_reading_a_config_does_not_import_the_policy_models():
             "assert 'roborl.policies.flow' in sys.modules")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-500:]
+
+
+def test_every_algorithm_and_policy_kind_is_registered_once():
+    """The config's choices (what each algorithm and policy kind reads) name exactly what the code builds."""
+    from roborl.algos import ALGORITHMS, algorithm_class
+    from roborl.config_rules import ALGORITHM_READS, POLICY_READS
+
+    assert list(ALGORITHM_READS) == list(ALGORITHMS)
+    assert [algorithm_class(name).name for name in ALGORITHMS] == list(ALGORITHMS)
+    assert set(POLICY_READS) == {"gaussian", "residual", "diffusion", "flow", "token_vla", "flow_vla"}
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["algo.gamma=1.5"], "config key 'algo.gamma' must be in [0, 1], got 1.5"),
+    (["algo.clip=-0.2"], "config key 'algo.clip' must be in (0, 1), got -0.2"),
+    (["algo.epochs=0"], "config key 'algo.epochs' must be >= 1, got 0"),
+    (["algo.lr=-0.001"], "config key 'algo.lr' must be > 0, got -0.001"),
+    (["algo.lr=.nan"], "config key 'algo.lr' must be a finite number, got nan"),
+    (["algo.gamma=.inf"], "config key 'algo.gamma' must be a finite number, got inf"),
+    (["algo.minibatches=0"], "config key 'algo.minibatches' must be >= 1, got 0"),
+    (["algo.minibatches=1000000"], "algo.minibatches (1000000) must be at most the rows of one rollout"),
+    (["env.num_envs=1000000000"], "this run needs at least"),
+    (["train.total_steps=2000", "train.rollout_steps=100000"], "train.total_steps (2000) is less than one iteration"),
+    (["sac.lr=0.1"], "config key 'sac.lr' is not read by train.algorithm ppo (it is read by sac)"),
+    (["policy.dppo.clip_base=0.1"], "config key 'policy.dppo.clip_base' is not read by policy.kind gaussian"),
+    (["policy.hidden=[64, 0]"], "config key 'policy.hidden[1]' must be >= 1, got 0"),
+    (["train.best_metric=loss"], "train.best_metric 'loss' is unknown; available: auto, success, return"),
+])
+def test_values_are_checked_where_they_are_declared(overrides, message):
+    with pytest.raises(UserError) as err:
+        load_config(None, overrides)
+    assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"\x8b\x1f\xff\xfe binary", "is not UTF-8 text"),
+    (b"- env\n- train\n", "must hold a mapping of sections"),
+    (b"", "is empty"),
+    (b"   \n# only a comment\n", "is empty"),
+])
+def test_unreadable_files_are_refused(tmp_path, content, message):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(content)
+    with pytest.raises(UserError, match=message):
+        load_config(path)
+    with pytest.raises(UserError, match="is a directory"):
+        load_config(tmp_path)

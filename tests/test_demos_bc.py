@@ -58,6 +58,7 @@ def test_bad_demo_files_are_clear_errors(tmp_path):
     assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
 
 
+@pytest.mark.learning
 def test_bc_then_rl_fine_tuning_through_the_cli(reach_demos, tmp_path):
     common = [f"train.run_dir={tmp_path}", "train.progress=false", "env.id=mujoco/Reach", "env.obs_history=1",
               "env.action_chunk=2", "policy.horizon=4", "train.eval_episodes=32", "train.eval_envs=32"]

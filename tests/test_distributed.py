@@ -11,12 +11,13 @@ from helpers import ROOT, roborl
 
 from roborl import compiling
 from roborl.algos.advantages import gae
-from roborl.algos.ppo import PPO, take
+from roborl.algos.ppo import PPO
 from roborl.buffer import RolloutBuffer
 from roborl.compiling import maybe_compile
 from roborl.config import PPOConfig
 from roborl.learners import LearnerComm, free_port
 from roborl.policies import GaussianActorCritic
+from roborl.sim.batch import take
 
 REACH = str(ROOT / "configs" / "ppo_reach.yaml")
 
@@ -131,7 +132,7 @@ def test_train_with_two_learners_through_the_cli(tmp_path):
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["resources.learners=0"], "resources.learners must be at least 1, got 0"),
+    (["resources.learners=0"], "config key 'resources.learners' must be >= 1, got 0"),
     (["resources.learners=3", "env.num_envs=8"], "env.num_envs (8) must be divisible by resources.learners (3)"),
 ])
 def test_bad_learner_counts_are_one_line_errors(overrides, message):

@@ -121,12 +121,20 @@ def test_one_checkpoint_keeps_the_plain_eval(ckpts, capsys):
     assert result["episodes"] == 2 and 0.0 <= result["success_rate"] <= 1.0
 
 
+def test_tasks_without_out_print_the_table_and_write_nothing(tmp_path, ckpts, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", ckpts["Reach"], "--tasks", "mujoco/Reach", "--seeds", "2", "--episodes", "2", "--envs", "2",
+                 "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "| mujoco/Reach | 2 (eval seeds) | 4 |" in out, out
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("args,fragment", [
     (["{missing}", "--out", "{out}"], "does not exist"),
     (["{Reach}", "--tasks", "mujoco/Nope", "--out", "{out}"], "unknown environment 'mujoco/Nope'"),
     (["{Reach}", "--tasks", "mujoco/Push", "--out", "{out}"], "was trained on mujoco/Reach (state (24,), action (4,)); "
                                                               "mujoco/Push has state (34,)"),
-    (["{Reach}", "--seeds", "3"], "give --out DIR"),
     (["{Reach}", "--seeds", "0", "--out", "{out}"], "seeds must be a positive integer"),
     (["--suite", "{suite}", "--out", "{out}"], "unknown key 'episode'"),
 ])

@@ -129,9 +129,10 @@ def test_config_and_trainer_choice(tmp_path):
     assert load_config(None, []).train.algorithm == "ppo"  # PPO with a critic stays the default
     with pytest.raises(UserError, match="grpo.reward 'win' is unknown; available: success"):
         load_config(None, ["grpo.reward=win"])
-    with pytest.raises(UserError, match="grpo.group_size must be at least 2"):
+    with pytest.raises(UserError, match=r"config key 'grpo.group_size' must be >= 2, got 1"):
         load_config(None, ["grpo.group_size=1"])
-    with pytest.raises(UserError, match=r"algo.clip_high is PPO's .* grpo.clip_low / grpo.clip_high"):
+    with pytest.raises(UserError, match=r"config key 'algo.clip_high' is not read by train.algorithm grpo \(it is read by "
+                                        r"ppo\)"):
         load_config(None, ["train.algorithm=grpo", "algo.clip_high=0.28"])
     with pytest.raises(UserError, match="multiple of grpo.group_size"):
         Runner(grpo_cfg(tmp_path, "train.name=a", "env.num_envs=12"))
@@ -157,6 +158,7 @@ def test_dropped_groups_are_counted(tmp_path):
     runner.env.close()
 
 
+@pytest.mark.learning
 def test_grpo_learns_language_reach(tmp_path):
     """Outcome reward = the episode's return; the learning curve of rollout returns rises."""
     Runner(grpo_cfg(tmp_path, "train.name=learn", "grpo.reward=return", "train.total_steps=14080")).train()

@@ -38,6 +38,7 @@ def train(tmp_path, name: str, *overrides: str) -> tuple[Runner, dict]:
     return trainer, trainer.train()
 
 
+@pytest.mark.learning
 def test_two_env_workers_learn_like_one_process(tmp_path, local_cluster):
     budget = ["train.total_steps=48000", "train.eval_every=5"]
     _, single = train(tmp_path, "single", *budget)
@@ -156,6 +157,7 @@ def test_bad_ray_settings_are_one_line_errors(overrides, message):
     assert len([line for line in lines if not line.startswith("20")]) == 1, proc.stderr  # only Ray's own log lines
 
 
+@pytest.mark.learning
 def test_sac_and_grpo_train_with_env_workers(tmp_path, local_cluster):
     """SAC with 2 Ray env workers (learner-side inference) fixes the biased Reach base as one process does on
     the same budget; GRPO's group resets reach the workers (each group lies in one worker's shard); an

@@ -234,6 +234,7 @@ def _run(tmp_path, name, overrides):
     return json.loads((tmp_path / name / "summary.json").read_text())
 
 
+@pytest.mark.learning
 def test_residual_ppo_fixes_a_biased_base(tmp_path):
     s = _run(tmp_path, "ppo", ["train.total_steps=64000", "train.eval_every=10", "algo.lr=1e-3"])
     base_success, final = s["eval_history"][0][2], s["success_rate"]
@@ -241,12 +242,14 @@ def test_residual_ppo_fixes_a_biased_base(tmp_path):
     assert final >= 0.8, s["eval_history"]
 
 
+@pytest.mark.learning
 def test_residual_sac_fixes_a_biased_base(tmp_path):
     s = _run(tmp_path, "sac", SAC_REACH)
     base_success, final = s["eval_history"][0][2], s["success_rate"]
     assert base_success <= 0.2 and final >= 0.8, s["eval_history"]
 
 
+@pytest.mark.learning
 def test_sac_resumed_after_sigkill_continues_from_its_checkpoint(tmp_path):
     """SAC killed mid-run: `resume=` restores the critics, target critics, temperature, optimizers, replay
     and counters exactly, and the resumed run finishes the budget and fixes the biased base."""
@@ -290,7 +293,7 @@ def test_sac_resumed_after_sigkill_continues_from_its_checkpoint(tmp_path):
     assert len(sac.replay) == state["replay"]["size"] and sac.replay.pos == state["replay"]["pos"]
     torch.testing.assert_close(sac.replay.data["action"][:len(sac.replay)], state["replay"]["data"]["action"])
     assert sac.critic_opt.state_dict()["state"][0]["exp_avg"].equal(state["critic_opt"]["state"][0]["exp_avg"])
-    runner.collector.close()
+    runner.close()
 
     done = roborl("train", f"resume={last}", "train.progress=false", timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -46,20 +46,61 @@ def test_three_syntaxes_give_the_same_machine():
     text = RewardMachine.from_text("""
         0      # initial
         [2]    # terminal
+        (0, 0, '!a', 0)
         (0, 1, 'a&!b', 0)
         (0, 2, 'a&b', ConstantRewardFunction(1))
+        (1, 1, '!b', 0)
         (1, 2, 'b', 1)""")
     ltl = from_ltlf("F(a & F(b))")
     assert builder.equivalent(text, ["a", "b"]) and text.equivalent(ltl, ["a", "b"])
     wrong = RMBuilder("u0").edge("u0", "u1", "a").edge("u1", "done", "b", 1).accepting("done").build()
     assert not wrong.equivalent(ltl, ["a", "b"])  # a and b in the same step: LTLf accepts, this one waits
     # with a failing terminal state (our text extension: a bracketed line of failing states)
-    until_text = RewardMachine.from_text("0\n[1, 2]\n[2]\n(0,1,'goal',1)\n(0,2,'bad & !goal',0)")
+    until_text = RewardMachine.from_text("0\n[1, 2]\n[2]\nunmatched: stay\n(0,1,'goal',1)\n(0,2,'bad & !goal',0)")
     until_builder = (RMBuilder("s").edge("s", "win", "goal", 1).edge("s", "lose", "bad & !goal")
                      .accepting("win").failing("lose").build())
     until_ltl = from_ltlf("!bad U goal")
     assert until_text.equivalent(until_builder, ["bad", "goal"]) and until_text.equivalent(until_ltl, ["bad", "goal"])
     assert until_ltl.failing and until_ltl.accepting
+
+
+# An office-world machine in the original text format: get coffee (f), then reach the office (g); every edge
+# is guarded by !n, so touching a decoration (n) matches no edge.
+OFFICE_COFFEE = """
+0 # initial state
+[2] # terminal state
+(0,0,'!f&!n',ConstantRewardFunction(0))
+(0,1,'f&!n',ConstantRewardFunction(0))
+(1,1,'!g&!n',ConstantRewardFunction(0))
+(1,2,'g&!n',ConstantRewardFunction(1))
+"""
+
+
+def test_the_original_format_keeps_the_original_semantics():
+    """Read as the original code reads it, a step that matches no edge sends the machine to a terminal failure
+    with reward 0 (a decoration ends the episode); with roborl's `unmatched: stay` the machine ignores it.
+    The compiled, batched machine agrees with the one-env reference on both."""
+    original = RewardMachine.from_text(OFFICE_COFFEE)
+    assert original.failing == {"unmatched"} and original.accepting == {"2"}
+    trace = [set(), {"f"}, {"n"}, {"g"}]
+    assert run(original, trace) == ("unmatched", 0.0)
+    assert run(original, [set(), {"f"}, set(), {"g"}]) == ("2", 1.0)
+    lenient = RewardMachine.from_text(OFFICE_COFFEE.replace("[2] # terminal state", "[2]\nunmatched: stay"))
+    assert lenient.failing == set() and run(lenient, trace) == ("2", 1.0)
+    labels = ["f", "g", "n"]
+    for rm in (original, lenient):
+        compiled = CompiledRM(rm, labels)
+        state = torch.full((4,), rm.states.index(rm.initial))
+        steps = [[set(), {"f"}, {"f"}, set()], [{"n"}, {"n"}, {"g"}, {"f"}], [{"g"}, {"g"}, {"n"}, {"g"}]]
+        reference = [rm.initial] * 4
+        for step in steps:
+            labels_t = torch.tensor([[name in s for name in labels] for s in step])
+            state, reward = compiled.step(state, labels_t)
+            for i, s in enumerate(step):
+                reference[i], r = rm.step(reference[i], s)
+                assert rm.states[int(state[i])] == reference[i] and float(reward[i]) == pytest.approx(r)
+    # a machine whose guards cover every label set gains no failure state: the two semantics coincide
+    assert RewardMachine.from_file(SEQUENCE_RM).states == ["0", "1", "2", "3"]
 
 
 def test_ltlf_compile_accepts_exactly_the_satisfying_traces():
@@ -226,8 +267,8 @@ def test_reward_machine_config_errors(tmp_path):
              ({"machine": str(SEQUENCE_RM), "ltlf": "F(at_a)"}, "exactly one"),
              ({"ltlf": "F(at_a &"}, "does not parse")]
     for rm_cfg, message in cases:
-        cfg = config_from_dict({"env": {"id": "mujoco/Sequence", "rm": rm_cfg}})
         with pytest.raises((UserError, sim.SimError), match=message):
+            cfg = config_from_dict({"env": {"id": "mujoco/Sequence", "rm": rm_cfg}})
             make_env(cfg.env, 2, 0, torch.device("cpu"))
     cfg = config_from_dict({"env": {"id": "mujoco/Reach", "rm": {"machine": str(SEQUENCE_RM)}}})
     with pytest.raises(sim.SimError, match="does not publish"):
@@ -254,6 +295,7 @@ def test_sac_with_crm_stores_every_machine_state(tmp_path):
     assert replay.data["obs.base_action"].shape == (replay.capacity, 4)
 
 
+@pytest.mark.learning
 def test_ppo_with_the_machine_progresses_through_it(tmp_path):
     """A short real run: within 64k env steps PPO with the machine's state and shaping gets episodes
     well past the first target (mean final machine state), from about 0 at the start."""

@@ -10,7 +10,7 @@ from roborl.deploy.artifact import Artifact
 from roborl.deploy.client import PolicyClient, PolicyRejected, PolicyUnavailable
 from roborl.deploy.export import export_checkpoint
 from roborl.deploy.server import start_server
-from roborl.deploy.wire import pack, unpack
+from roborl.wire import pack, unpack
 from tests.deploy_helpers import write_checkpoint
 
 

@@ -232,6 +232,7 @@ def train_reach_avoid(tmp_path, name, config, steps=64000, overrides=()):
     return json.loads((tmp_path / name / "summary.json").read_text())
 
 
+@pytest.mark.learning
 def test_shielded_training_never_violates_while_unshielded_does(tmp_path):
     plain = train_reach_avoid(tmp_path, "plain", "ppo_reachavoid")
     shielded = train_reach_avoid(tmp_path, "shielded", "ppo_shielded_reachavoid")
@@ -239,6 +240,7 @@ def test_shielded_training_never_violates_while_unshielded_does(tmp_path):
     assert shielded["train_violation_steps"] == 0, shielded
 
 
+@pytest.mark.learning
 def test_ppo_lagrangian_raises_the_multiplier_and_fits_a_cost_critic(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

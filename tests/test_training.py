@@ -34,6 +34,7 @@ def scalars(run_dir, tag):
     return [(e.step, e.value) for e in acc.Scalars(tag)]
 
 
+@pytest.mark.learning
 def test_ppo_learns_reach(tmp_path):
     proc = roborl("train", REACH, f"train.run_dir={tmp_path}", "train.name=learn", "train.total_steps=80000",
                   "train.eval_every=5", "train.video_envs=2", "train.progress=false")
@@ -96,7 +97,7 @@ def test_kill_and_resume_continues_the_run(tmp_path):
     for name, value in trainer.policy.state_dict().items():
         assert torch.equal(value, ckpt.policy_state[name]), name
     assert trainer.algo.optimizer.state_dict()["state"][0]["exp_avg"].equal(ckpt.algo_state["optimizer"]["state"][0]["exp_avg"])
-    trainer.env.close()
+    trainer.close()
 
     done = roborl("train", f"resume={last}", "train.progress=false")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -213,8 +214,8 @@ def test_norm_adv_by_task_gives_every_task_unit_advantages(tmp_path):
     reach.obs = reach.env.reset(seed=0)
     with pytest.raises(UserError, match=r"algo.norm_adv_by_task needs a multi-task env that gives obs\['task_id'\]"):
         reach.algo.update(collect_rollout(reach))
-    with pytest.raises(UserError, match="algo.norm_adv_by_task standardizes PPO's advantages per task: it needs "
-                                        "train.algorithm ppo"):
+    with pytest.raises(UserError, match=r"config key 'algo.norm_adv_by_task' is not read by train.algorithm grpo \(it "
+                                        r"is read by ppo\)"):
         load_config(REACH, ["algo.norm_adv_by_task=true", "train.algorithm=grpo"])
 
 
@@ -248,13 +249,30 @@ def test_ppo_group_resets_center_each_step_on_its_group(tmp_path):
     again = collect_rollout(trainer).obs["state"][0]
     assert not torch.equal(again, start)  # a new draw each iteration
     trainer.env.close()
-    with pytest.raises(UserError, match="algo.group_size must be a positive integer"):
+    with pytest.raises(UserError, match=r"config key 'algo.group_size' must be >= 1, got 0"):
         load_config(REACH, ["algo.group_size=0"])
-    with pytest.raises(UserError, match="algo.group_size is PPO's group resets in one process: it needs "
-                                        "train.algorithm ppo"):
+    with pytest.raises(UserError, match=r"config key 'algo.group_size' is not read by train.algorithm grpo"):
         load_config(REACH, ["algo.group_size=4", "train.algorithm=grpo"])
     with pytest.raises(UserError, match=r"env.num_envs \(16\) must be a multiple of algo.group_size \(3\)"):
         Runner(load_config(REACH, [*base, "train.name=odd", "algo.group_size=3"]))
     with pytest.raises(UserError, match=r"algo.group_size needs whole episodes per iteration: set "
                                         r"train.rollout_steps to the episode length \(30\)"):
         Runner(load_config(REACH, [*base, "train.name=short", "algo.group_size=4", "train.rollout_steps=20"]))
+
+
+def test_best_checkpoint_follows_the_return_where_the_env_reports_no_success(tmp_path):
+    """Gymnasium's Pusher has no success signal: `train.best_metric` auto keeps the evaluation with the highest
+    mean return as best.safetensors (by success it would stay at the first evaluation, every rate being 0)."""
+    base = [f"train.run_dir={tmp_path}", "env.num_envs=4", "train.rollout_steps=16", "train.total_steps=320",
+            "train.eval_every=1", "train.eval_episodes=4", "train.eval_envs=4", "train.progress=false",
+            "algo.minibatches=4", "env.episode_length=20"]
+    config = str(ROOT / "configs" / "ppo_gym_pusher.yaml")
+    auto = Runner(load_config(config, [*base, "train.name=auto"])).train()
+    assert auto["best_metric"] == "mean_return" and auto["best_success_rate"] == 0.0
+    returns = [v for _, v in scalars(tmp_path / "auto", "eval/mean_return")]
+    assert len(returns) == 5 and len(set(returns)) > 1
+    best = Checkpoint(tmp_path / "auto" / "checkpoints" / "best.safetensors").trainer_state
+    assert best["last_eval"]["mean_return"] == pytest.approx(max(returns)) == pytest.approx(auto["best_score"])
+    by_success = Runner(load_config(config, [*base, "train.name=success", "train.best_metric=success"])).train()
+    first = Checkpoint(tmp_path / "success" / "checkpoints" / "best.safetensors").trainer_state
+    assert by_success["best_metric"] == "success_rate" and first["env_steps"] == 64

@@ -38,10 +38,13 @@ def config(kind: str, run_dir, *overrides: str):
            "env.action_chunk=2", "env.num_envs=8"]
     train = ["train.threads=1", "train.eval_episodes=4", "train.eval_envs=4", "train.video=false",
              "train.progress=false", f"train.run_dir={run_dir}"]
-    return load_config(None, [*env, *train, f"policy.kind={kind}", *FAMILIES[kind], *TINY, *overrides])
+    other_kind = any(o.startswith("policy.kind=") for o in overrides)  # then the VLA's own keys do not apply
+    family = [] if other_kind else [f"policy.kind={kind}", *FAMILIES[kind], *TINY]
+    return load_config(None, [*env, *train, *family, *overrides])
 
 
 @pytest.mark.parametrize("kind", list(FAMILIES))
+@pytest.mark.learning
 def test_sft_lowers_the_demo_loss_and_rl_starts_from_it(kind, demos, tmp_path):
     cfg = config(kind, tmp_path, f"bc.demos={demos}", "bc.steps=60", "bc.eval_every=60", "bc.batch_size=16",
                  "bc.lr=3e-3", "bc.success_only=false", f"train.name=sft_{kind}")
@@ -73,8 +76,9 @@ def test_sft_lowers_the_demo_loss_and_rl_starts_from_it(kind, demos, tmp_path):
     if kind == "flow_vla":
         rl.append("policy.rl_mode=flow_noise")
     for algorithm in ("ppo", "grpo"):
-        trainer = Runner(config(kind, tmp_path, *rl, f"train.algorithm={algorithm}", "grpo.group_size=4",
-                                      f"train.name={algorithm}_{kind}"))
+        groups = ["grpo.group_size=4"] if algorithm == "grpo" else []
+        trainer = Runner(config(kind, tmp_path, *rl, f"train.algorithm={algorithm}", *groups,
+                                f"train.name={algorithm}_{kind}"))
         out = trainer.train()
         assert out["iterations"] == 1 and out["env_steps"] >= 160 and 0 <= out["success_rate"] <= 1, out
         assert all(torch.isfinite(p).all() for p in trainer.policy.parameters())
@@ -270,7 +274,7 @@ def test_asymmetric_critic_reads_the_privileged_critic_state_and_starts_fresh_on
     env.close()
 
     for kind in FAMILIES:
-        rl = ["env.critic_state=true", "train.rollout_steps=10", "train.total_steps=80", "algo.epochs=1",
+        rl = ["env.critic_state=true", "train.rollout_steps=10", "train.total_steps=160", "algo.epochs=1",
               "algo.minibatches=2", "train.eval_every=1", f"train.name=asym_{kind}"]
         mode = ["policy.rl_mode=flow_noise"] if kind == "flow_vla" else []
         trainer = Runner(config(kind, tmp_path, *rl, *mode))

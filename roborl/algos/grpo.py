@@ -34,6 +34,7 @@ from roborl.collect import EpisodeLog, Step, run_steps
 from roborl.config import Config, GRPOConfig, PPOConfig
 from roborl.policies.act import Act
 from roborl.sim import VecEnv
+from roborl.sim.batch import concat, stack, take
 
 OUTCOMES = {"success": "success_once", "success_at_end": "success_at_end", "return": "return",
             "return_to_go": "return"}  # groups are kept, and logged, by their episode returns
@@ -77,17 +78,6 @@ def collect_episodes(env: VecEnv, act_fn, obs: dict, vocab: list[str], max_decis
     run_steps(env, obs, act_fn, record, max_decisions)
     vocab[:] = sorted(index, key=index.get)
     return Episodes(steps, torch.stack(valid), vocab, outcome, torch.stack(rewards))
-
-
-def stack_rows(steps: list[dict], rows: torch.Tensor) -> dict:
-    """The (t, env) rows where `rows` (T×N bool) holds, of every tensor in the per-step dicts."""
-    def gather(values: list) -> object:
-        if isinstance(values[0], dict):
-            return {k: gather([v[k] for v in values]) for k in values[0]}
-        stacked = torch.stack(values)
-        return stacked[rows.to(stacked.device)]
-
-    return gather(steps)
 
 
 class EpisodeBatch:
@@ -217,7 +207,7 @@ def build_batch_for(g: GRPOConfig, parts: list[tuple[Episodes, torch.Tensor, tor
         else:
             adv = group_advantages(reward, g.group_size, g.std_normalize, g.eps)[None].expand(T, -1)
         rows = eps.valid & keep.repeat_interleave(g.group_size)[None]
-        data = stack_rows(eps.steps, rows)
+        data = take(stack(eps.steps), rows)
         length = eps.valid.sum(0).clamp(min=1).float()
         per_step = 1.0 / length if g.loss_agg == "seq_mean_token_mean" else torch.ones_like(length)
         data["advantages"] = adv[rows].to(device)
@@ -225,13 +215,7 @@ def build_batch_for(g: GRPOConfig, parts: list[tuple[Episodes, torch.Tensor, tor
         chunks.append(data)
     if not chunks:
         return None
-    data = cat_rows(chunks)
+    data = concat(chunks)
     zeros = torch.zeros_like(data["advantages"])
     data["values"], data["returns"] = zeros, zeros  # PPO.update's critic statistics (unused here)
     return EpisodeBatch(data, list(vocab))
-
-
-def cat_rows(chunks: list[dict]) -> dict:
-    if isinstance(chunks[0], dict):
-        return {k: cat_rows([c[k] for c in chunks]) for k in chunks[0]}
-    return torch.cat(chunks)

@@ -34,11 +34,7 @@ from roborl.errors import UserError
 from roborl.policies.act import Act
 from roborl.policies.base import Policy
 from roborl.sim import VecEnv
-
-
-def take(data: dict, idx: torch.Tensor) -> dict:
-    """The rows `idx` of every tensor in `data` (a `RolloutBuffer.flat()`, nested dicts included)."""
-    return {k: take(v, idx) if isinstance(v, dict) else v[idx] for k, v in data.items()}
+from roborl.sim.batch import take
 
 
 def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, clip_low: float | torch.Tensor,
@@ -233,6 +229,10 @@ class PPO(Algorithm):
             perm = torch.randperm(n, generator=generator).to(data["advantages"].device)
             for start in range(0, n - mb_size + 1, mb_size):
                 loss, terms = self.minibatch_loss(take(data, perm[start:start + mb_size]), train_actor)
+                if not loss.requires_grad:
+                    raise UserError(f"the {self.name} loss reaches no trainable parameter of the policy ("
+                                    f"{type(self.policy).__name__}: frozen where it acts?); let part of it train, "
+                                    "e.g. policy.vla.finetune lora or full, or policy.vla.action_head decoder")
                 self.optimizer.zero_grad(set_to_none=True)
                 self.backward(loss)
                 nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)

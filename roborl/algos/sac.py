@@ -29,7 +29,7 @@ from roborl.policies.gaussian import mlp
 from roborl.replay import ReplayBuffer
 from roborl.rm import RewardMachineEnv
 from roborl.sim import VecEnv
-from roborl.sim.vec_env import clone_obs, merge_rows
+from roborl.sim.batch import clone, merge_rows
 
 
 class TwinQ(nn.Module):
@@ -159,7 +159,7 @@ class SAC(Algorithm):
             done = step.done
             stored_next = step.next_obs
             if done.any():
-                stored_next = clone_obs(step.next_obs)
+                stored_next = clone(step.next_obs)
                 merge_rows(stored_next, step.info["final_obs"], done)
                 p = self.exploration_prob()
                 self.residual_on[done] = torch.rand(int(done.sum()), generator=self.generator).to(self.device) < p

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from roborl.deploy.wire import pack, unpack
+from roborl.wire import pack, unpack
 
 
 class PolicyUnavailable(RuntimeError):

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from roborl.deploy.artifact import Artifact
-from roborl.deploy.wire import WireError, pack, unpack
+from roborl.wire import WireError, pack, unpack
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 

@@ -2,8 +2,13 @@
 
 An RM has states, an initial state, edges (u, u', guard, reward) with propositional guards over label
 names (`roborl.rm.formula`), and terminal states: accepting (the task is done) or failing. In a state,
-the edge whose guard holds for this step's labels is taken; if none holds the machine stays, with reward
-0. Two edges of one state may not both hold for the same labels (checked when compiled).
+the edge whose guard holds for this step's labels is taken. Two edges of one state may not both hold for
+the same labels (checked when compiled). Where no edge holds, `unmatched` decides:
+- "fail" (the original code's semantics, Toro Icarte et al.): the machine falls to a terminal failure
+  state with reward 0, so the episode ends. A machine in the original text format means this: a hazard
+  that no edge allows (e.g. every edge guarded by `!h`) ends the episode. It is made explicit as a failing
+  state `unmatched` reached by the complement of each state's guards (only where the guards leave a gap).
+- "stay" (roborl's extension, the default of `RMBuilder`): the machine stays in its state, with reward 0.
 
 A reward is a number or the name of a reward term the task publishes each step in
 `info["reward_terms"]` (as the original code's `RewardFunction`s computed rewards from the state):
@@ -12,10 +17,11 @@ machine waits for `at_a`.
 
 Three ways to write one, all giving this class:
 - Python: `RMBuilder().edge("u0", "u1", "a & !b", 1.0).accepting("u1").build()`
-- text (the format of the reward_machines code): line 1 the initial state, line 2 the terminal states
-  as a list, then one `(u, u', 'guard', reward)` per line, reward a number,
-  `ConstantRewardFunction(x)` or a term name; `#` starts a comment. Our extension: an optional
-  bracketed line after line 2 lists the terminal states that are failures (the rest accept).
+- text (the format of the reward_machines code, read with its semantics): line 1 the initial state,
+  line 2 the terminal states as a list, then one `(u, u', 'guard', reward)` per line, reward a number
+  or `ConstantRewardFunction(x)`; `#` starts a comment. roborl's extensions, each opt-in: a reward may
+  name a reward term; an optional bracketed line after line 2 lists the terminal states that are failures
+  (the rest accept); a line `unmatched: stay` makes the machine stay where no edge holds.
 - LTLf: `roborl.rm.ltlf.from_ltlf("F(a & F(b))")` through a DFA compiled by MONA.
 """
 from __future__ import annotations
@@ -47,13 +53,34 @@ class RewardMachine:
     edges: list[Edge]
     accepting: set[str] = field(default_factory=set)
     failing: set[str] = field(default_factory=set)
+    unmatched: str = "stay"  # where no edge holds: "stay" (roborl) or "fail" (the original code)
 
     def __post_init__(self) -> None:
         known = set(self.states)
         for s in [self.initial, *self.accepting, *self.failing, *(e.src for e in self.edges), *(e.dst for e in self.edges)]:
             if s not in known:
                 raise ValueError(f"reward machine: state '{s}' is used but not declared (states: {self.states})")
+        if self.unmatched not in UNMATCHED:
+            raise ValueError(f"reward machine: unmatched '{self.unmatched}' is unknown; available: {', '.join(UNMATCHED)}")
         self.edges = [e if e.tree is not None else Edge(e.src, e.dst, e.guard, e.reward, parse(e.guard)) for e in self.edges]
+        if self.unmatched == "fail":
+            self._fall_where_no_edge_holds()
+
+    def _fall_where_no_edge_holds(self) -> None:
+        """The original semantics as edges: from each non-terminal state, the complement of its guards leads
+        to the failing state `unmatched` (reward 0), where some labels satisfy that complement."""
+        labels = sorted(self.labels)
+        combos = [frozenset(c) for r in range(len(labels) + 1) for c in itertools.combinations(labels, r)]
+        for state in [s for s in self.states if s not in self.terminal]:
+            guards = [e.guard for e in self.edges if e.src == state]
+            rest = "!(" + " | ".join(f"({g})" for g in guards) + ")" if guards else "true"
+            tree = parse(rest)
+            if any(evaluate(tree, combo) for combo in combos):
+                if FALLEN not in self.states:
+                    self.states.append(FALLEN)
+                    self.failing.add(FALLEN)
+                self.edges.append(Edge(state, FALLEN, rest, 0.0, tree))
+        self.unmatched = "stay"  # every state now has an edge for every label set
 
     @property
     def terminal(self) -> set[str]:
@@ -90,6 +117,10 @@ class RewardMachine:
         if rest and rest[0].startswith("["):
             failing = _state_list(rest[0])
             rest = rest[1:]
+        unmatched = "fail"  # the original code's semantics
+        if rest and rest[0].replace(" ", "").startswith("unmatched:"):
+            unmatched = rest[0].split(":", 1)[1].strip()
+            rest = rest[1:]
         edges, states = [], [initial]
         for ln in rest:
             m = EDGE_LINE.fullmatch(ln)
@@ -99,7 +130,7 @@ class RewardMachine:
             edges.append(Edge(src, dst, guard, reward))
             states += [s for s in (src, dst) if s not in states]
         states += [s for s in sorted(terminal | failing) if s not in states]
-        return cls(states, initial, edges, accepting=terminal - failing, failing=failing)
+        return cls(states, initial, edges, accepting=terminal - failing, failing=failing, unmatched=unmatched)
 
     @classmethod
     def from_file(cls, path: str | Path) -> RewardMachine:
@@ -130,6 +161,9 @@ class RewardMachine:
                 todo.append((na, nb))
         return True
 
+
+UNMATCHED = ("stay", "fail")
+FALLEN = "unmatched"  # the failing state of the original semantics
 
 EDGE_LINE = re.compile(r"\(\s*(?P<src>\w+)\s*,\s*(?P<dst>\w+)\s*,\s*'(?P<guard>[^']*)'\s*,\s*(?P<reward>[^()]+|"
                        r"ConstantRewardFunction\([^()]*\))\s*\)")
@@ -162,8 +196,8 @@ class RMBuilder:
     """`RMBuilder(initial="u0").edge("u0", "u1", "a", 1.0).accepting("u1").build()`; states are declared
     by use."""
 
-    def __init__(self, initial: str = "u0") -> None:
-        self._initial, self._states, self._edges = initial, [initial], []
+    def __init__(self, initial: str = "u0", unmatched: str = "stay") -> None:
+        self._initial, self._states, self._edges, self._unmatched = initial, [initial], [], unmatched
         self._accepting: set[str] = set()
         self._failing: set[str] = set()
 
@@ -186,4 +220,5 @@ class RMBuilder:
         return self
 
     def build(self) -> RewardMachine:
-        return RewardMachine(list(self._states), self._initial, list(self._edges), set(self._accepting), set(self._failing))
+        return RewardMachine(list(self._states), self._initial, list(self._edges), set(self._accepting), set(self._failing),
+                             self._unmatched)

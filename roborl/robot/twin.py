@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from roborl.deploy.wire import WireError, pack, unpack
 from roborl.robot.interface import RobotInterface
+from roborl.wire import WireError, pack, unpack
 
 
 @dataclass

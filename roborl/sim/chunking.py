@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from roborl.sim.errors import SimError
-from roborl.sim.vec_env import Obs, VecEnv, clone_obs, merge_rows
+from roborl.sim.batch import clone, merge_rows
+from roborl.sim.vec_env import Obs, VecEnv
 from roborl.sim.wrapper import VecEnvWrapper
 
 
@@ -59,7 +60,7 @@ class ActionChunkEnv(VecEnvWrapper):
             now = (term | trunc) & alive
             if now.any():
                 if final_obs is None:
-                    final_obs = clone_obs(info["final_obs"])
+                    final_obs = clone(info["final_obs"])
                     episode = {key: value.clone() for key, value in info["episode"].items()}
                 else:
                     merge_rows(final_obs, info["final_obs"], now)

@@ -21,6 +21,8 @@ from roborl.sim.vec_env import Obs, VecEnv
 class GymVecEnv(VecEnv):
     """N copies of a Gymnasium env (Box observations and actions) stepped by Gymnasium's SyncVectorEnv."""
 
+    reports_success = False  # until a step's info has `is_success` (Gymnasium-Robotics envs do)
+
     def __init__(self, name: str, num_envs: int = 1, *, device: str | torch.device = "cpu", seed: int = 0,
                  episode_length: int | None = None, **unused: Any) -> None:
         kwargs = {"max_episode_steps": episode_length} if episode_length else {}
@@ -65,6 +67,7 @@ class GymVecEnv(VecEnv):
         done = term_t | trunc_t
         self._return += reward_t
         self._length += 1
+        self.reports_success = self.reports_success or "is_success" in info
         success = torch.as_tensor(np.asarray(info.get("is_success", np.zeros(self.num_envs)), dtype=bool))
         out: dict[str, Any] = {"success": success, "labels": torch.zeros(self.num_envs, 0, dtype=torch.bool),
                                "done": done}

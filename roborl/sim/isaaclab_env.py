@@ -128,6 +128,7 @@ class IsaacLabVecEnv(VecEnv):
         self._scale = action_scale
         self._finite = bool(getattr(cfg, "is_finite_horizon", False))
         self._success = _success_term(raw)
+        self.reports_success = self._success is not None
         act = raw.single_action_space
         if not isinstance(act, gym.spaces.Box):
             self.close()

@@ -28,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from roborl.sim.batch import to_device
 from roborl.sim.errors import SimError
 from roborl.sim.libero_process import LiberoServer, libero_python
 from roborl.sim.registry import register_prefix
@@ -160,7 +161,7 @@ class LiberoVecEnv(VecEnv):
         self.init_state = cat["init_state"].long()
         self._obs = obs
         d = self.device
-        return obs, reward.to(d), terminated.to(d), truncated.to(d), _to_device(info, d)
+        return obs, reward.to(d), terminated.to(d), truncated.to(d), to_device(info, d)
 
     def render(self, env_ids: list[int] | None = None) -> torch.Tensor:
         """The agent-view images of the last observation (LIBERO renders every step anyway)."""
@@ -228,11 +229,6 @@ class LiberoVecEnv(VecEnv):
                 for key, value in reply["final_obs"].items():
                     final[key][rows] = torch.from_numpy(np.array(value)).to(self.device)
         return final
-
-
-def _to_device(info: dict, device: torch.device) -> dict:
-    return {k: (v.to(device) if isinstance(v, torch.Tensor) else _to_device(v, device) if isinstance(v, dict) else v)
-            for k, v in info.items()}
 
 
 register_prefix("libero", lambda name, **kw: LiberoVecEnv(name, **kw))

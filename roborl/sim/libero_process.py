@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from roborl.sim import libero_wire as wire
+from roborl import wire
 from roborl.sim.errors import SimError
 
 REPO = Path(__file__).resolve().parents[2]  # the repository: roborl/sim/ is two levels down

