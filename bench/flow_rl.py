@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 from study import first_reaching, run_once, write_study
 
-from roborl.bc import train_bc
 from roborl.builder import make_env, make_policy
 from roborl.config import load_config
 from roborl.demos import demos_file, record_demos
 from roborl.runner import Runner
+from roborl.train import train_bc
 
 ROOT = Path(__file__).resolve().parents[1]
 BC_CONFIG = {"dppo": "bc_diffusion_push", "flow_noise": "bc_flow_push", "flow_sde": "bc_flow_push", "fpo": "bc_flow_push"}

@@ -116,7 +116,7 @@ class Checkpoint:
         missing = [k for k in ("env_steps", "iteration", "run_dir") if k not in self.trainer_state]
         if missing:
             raise UserError(f"checkpoint '{self.path}' holds a policy without the state of a training run (no "
-                            f"{', '.join(missing)}; written by roborl bc or by hand?): start a new run from it with "
+                            f"{', '.join(missing)}; written by hand?): start a new run from it with "
                             f"policy.init={self.path}")
         return self.trainer_state
 

@@ -23,8 +23,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _bc(args: argparse.Namespace) -> int:
-    from roborl.bc import train_bc
     from roborl.config import load_config
+    from roborl.train import train_bc
 
     summary = train_bc(load_config(args.config, args.overrides))
     print(json.dumps(summary))

@@ -2,8 +2,11 @@
 workers (roborl/ray_collector.py). The runner asks a collector for data and does not know which it has."""
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
+from roborl.algos import algorithm_class
 from roborl.algos.base import Algorithm
 from roborl.builder import make_run_env
 from roborl.collect import EpisodeLog
@@ -36,7 +39,12 @@ class LocalCollector:
 
 
 def make_collector(cfg: Config, device: torch.device) -> LocalCollector:
-    """Ray env workers where `resources.env_workers` > 0, else this process's `env.num_envs` envs."""
+    """Ray env workers where `resources.env_workers` > 0, else this process's `env.num_envs` envs; for an
+    algorithm that steps no envs (BC), the evaluation envs."""
+    t = cfg.train
+    if not algorithm_class(t.algorithm).steps_envs:
+        evaluation = dataclasses.replace(cfg, env=cfg.env.for_evaluation())
+        return LocalCollector(make_run_env(evaluation, min(t.eval_envs, t.eval_episodes), t.seed + 1, device))
     if cfg.resources.env_workers:
         from roborl.ray_collector import RayCollector  # Ray is imported only by the runs that use it
 

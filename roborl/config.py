@@ -286,7 +286,7 @@ def check_relations(cfg: Config) -> None:
     e, t, r, a = cfg.env, cfg.train, cfg.resources, cfg.algo
     check_memory(cfg)
     per_iteration = e.num_envs * t.rollout_steps * e.action_chunk
-    if per_iteration > t.total_steps:
+    if t.algorithm != "bc" and per_iteration > t.total_steps:
         chunk = " × env.action_chunk" if e.action_chunk > 1 else ""
         raise UserError(f"train.total_steps ({t.total_steps}) is less than one iteration, env.num_envs × "
                         f"train.rollout_steps{chunk} = {per_iteration}: raise train.total_steps or lower the others")

@@ -71,6 +71,7 @@ ALGORITHM_READS: dict[str, dict[str, Any]] = {
     "ppo": {"algo": ALL},
     "sac": {"sac": ALL},
     "grpo": {"algo": PPO_FAMILY_OPTIMIZER, "grpo": ALL},
+    "bc": {},  # reads the `bc` section, which no RL algorithm reads: it is not checked against them
 }
 SECTIONS_BY_ALGORITHM = ("algo", "grpo", "sac")
 
@@ -93,7 +94,7 @@ def check_trainable(cfg: Any) -> None:
     """Refuses, in one line, a config that `roborl train` cannot train by RL (a behaviour-cloning config)."""
     kind = cfg.policy.kind
     _, rl_modes = POLICY_READS[kind]
-    if rl_modes and cfg.policy.rl_mode is None:
+    if cfg.train.algorithm != "bc" and rl_modes and cfg.policy.rl_mode is None:
         raise UserError(f"policy.kind {kind} is fine-tuned by RL through policy.rl_mode ({', '.join(rl_modes)}), "
                         "which this config leaves unset: set it, or for behaviour cloning run `roborl bc CONFIG`")
 

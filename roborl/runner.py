@@ -66,11 +66,12 @@ class Runner:
         self.algo = make_algorithm(cfg, self.policy, self.env, self.device, comm)
         self.collector.prepare(self.algo)
         comm.broadcast_module(self.policy)
-        self.env_steps = 0
+        self.env_steps = 0  # env steps trained on
+        self.step = 0  # progress in the algorithm's unit (env steps; gradient steps for BC): the logs' x-axis
         self.iteration = 0
         self.best_score: float | None = None  # of train.best_metric; the first evaluation is the best so far
         self.last_eval: dict[str, float] = {}
-        self.eval_history: list[list[float]] = []  # [env_steps, wall_s, success_rate]
+        self.eval_history: list[list[float]] = []  # [step, wall_s, success_rate]
         self.wall_time_prev = 0.0
         self.train_violations = 0.0
         run_dir = None
@@ -79,6 +80,7 @@ class Runner:
             self.algo.load_state_dict(resume.algo_state)
             st = resume.training_state()
             self.env_steps, self.iteration = st["env_steps"], st["iteration"]
+            self.step = st.get("step", self.env_steps)
             self.best_score = st.get("best_score", st.get("best_success"))
             self.last_eval, self.wall_time_prev = st.get("last_eval", {}), st.get("wall_time_s", 0.0)
             self.eval_history = st.get("eval_history", [])
@@ -114,15 +116,15 @@ class Runner:
         checkpoint it resumes from (TensorBoard's purge step), so every step has one point."""
         if not self.is_main:
             return SilentLogger()
-        purge = self.env_steps + 1 if self.iteration > 0 else None
-        return Logger(self.run_dir, total_steps, self.env_steps, self.cfg.train.progress, purge_step=purge)
+        purge = self.step + 1 if self.iteration > 0 else None
+        return Logger(self.run_dir, total_steps, self.step, self.cfg.train.progress, purge_step=purge)
 
     def write_summary(self, summary: dict) -> None:
         if self.is_main:
             write_json(self.run_dir / "summary.json", summary)
 
     def trainer_state(self, wall: float) -> dict:
-        return {"env_steps": self.env_steps, "iteration": self.iteration, "best_score": self.best_score,
+        return {"env_steps": self.env_steps, "step": self.step, "iteration": self.iteration, "best_score": self.best_score,
                 "lr": self.algo.lr, "run_dir": str(self.run_dir), "last_eval": self.last_eval, "wall_time_s": wall,
                 "eval_history": self.eval_history, "train_violation_steps": self.train_violations}
 
@@ -142,13 +144,13 @@ class Runner:
         env per process: training pauses, and its episodes start over after)."""
         t = self.cfg.train
         if self.eval_env is None:
-            self.eval_env = self.env if self.env.unwrapped.one_per_process else \
+            self.eval_env = self.env if self.env.unwrapped.one_per_process or not self.algo.steps_envs else \
                 make_run_env(dataclasses.replace(self.cfg, env=self.cfg.env.for_evaluation()),
                              min(t.eval_envs, t.eval_episodes), t.seed + 1, self.device)
         video = None
         if self.records_video:
             (self.run_dir / "videos").mkdir(exist_ok=True)
-            video = self.run_dir / "videos" / f"eval_{self.env_steps:09d}.mp4"
+            video = self.run_dir / "videos" / f"eval_{self.step:09d}.mp4"
         self.policy.eval()
         result = evaluate(self.policy, self.eval_env, t.eval_episodes, seed=t.seed + 1000,
                           video_path=video, video_envs=t.video_envs)
@@ -156,9 +158,9 @@ class Runner:
         if self.eval_env is self.env:
             self.obs = self.env.reset(seed=t.seed + 1 + self.iteration)
         self.last_eval = result
-        self.eval_history.append([self.env_steps, round(wall, 2), result["success_rate"]])
+        self.eval_history.append([self.step, round(wall, 2), result["success_rate"]])
         plot_curves(self.run_dir / "eval_curve.png", {"deterministic eval": [(s, r) for s, _, r in self.eval_history]},
-                    f"{self.run_dir.name}: {self.cfg.env.id}")
+                    f"{self.run_dir.name}: {self.cfg.env.id}", xlabel=self.algo.schedule(self.run_cfg).unit)
         score = result[self.best_key()]
         if self.best_score is None or score > self.best_score:
             self.best_score = score
@@ -178,10 +180,10 @@ class Runner:
                 "mean_return": self.last_eval.get("mean_return", float("nan")),
                 "best_success_rate": max((r for _, _, r in self.eval_history), default=float("nan")),
                 "best_score": self.best_score, "best_metric": self.best_key() if self.eval_env else None,
-                "env_steps": self.env_steps,
+                "env_steps": self.env_steps, "step": self.step,
                 "iterations": self.iteration, "wall_time_s": round(wall, 2), "env": self.cfg.env.id,
                 "run_dir": str(self.run_dir), "eval_history": self.eval_history,
-                "train_violation_steps": self.train_violations, **self.collector.summary()}
+                "train_violation_steps": self.train_violations, **self.collector.summary(), **self.algo.summary()}
 
     # ---- the loop -----------------------------------------------------------------------------
     def iterate(self, total_iters: int) -> tuple[dict[str, float], EpisodeLog]:
@@ -200,17 +202,17 @@ class Runner:
         """Iterations of `iterate`, each followed by logging, evaluation, checkpoints. The summary (None on
         learners other than rank 0)."""
         cfg, t = self.cfg, self.cfg.train
-        steps_per_iter = self.run_cfg.env.num_envs * t.rollout_steps * cfg.env.action_chunk  # all learners' steps
-        total_iters = math.ceil(t.total_steps / steps_per_iter)
-        logger = self.make_logger(total_iters * steps_per_iter)
+        plan = self.algo.schedule(self.run_cfg)
+        total_iters = plan.iterations
+        logger = self.make_logger(total_iters * plan.units_per_iteration)
         start = time.time()
         wall = self.wall_time_prev
         self.obs = self.env.reset(seed=t.seed + self.iteration)
-        if self.iteration == 0:
+        if self.iteration == 0 and self.algo.steps_envs:
             self.policy.update_normalizer(self.comm.gather_state(self.obs))
             if (cfg.policy.init or cfg.policy.kind == "residual") and t.eval_at_start:
                 result = self.run_eval(wall)
-                logger.scalars("eval", result, self.env_steps)
+                logger.scalars("eval", result, self.step)
                 logger.bar.write(f"[0 steps] eval success of the initial policy {result['success_rate']:.3f}")
         try:
             while self.iteration < total_iters:
@@ -218,30 +220,31 @@ class Runner:
                 stats, log = self.iterate(total_iters)
                 self.iteration += 1
                 self.env_steps += self.algo.env_steps * self.comm.world
+                self.step += self.algo.progress * self.comm.world
                 self.train_violations += log.violations
                 wall = self.wall_time_prev + time.time() - start
                 if self.is_main:
                     write_json(self.run_dir / "clock.json", {"wall_time_s": wall})
-                sps = steps_per_iter / (time.time() - it_start)
+                sps = self.algo.progress * self.comm.world / (time.time() - it_start)
                 stats["sps"] = sps
-                logger.scalars("train", stats, self.env_steps)
+                logger.scalars("train", stats, self.step)
                 rollout = log.means()
                 if rollout:
-                    logger.scalars("rollout", rollout, self.env_steps)
+                    logger.scalars("rollout", rollout, self.step)
                 postfix = {"sps": sps, "ret": rollout.get("return", 0.0)}
                 last = self.comm.agree(self.iteration == total_iters or bool(t.max_minutes and wall > 60 * t.max_minutes))
-                if self.iteration % t.eval_every == 0 or last:
+                if self.iteration % plan.eval_every == 0 or last:
                     result = self.run_eval(wall)
-                    logger.scalars("eval", result, self.env_steps)
-                    logger.bar.write(f"[{self.env_steps} steps, {wall:.0f}s] eval success {result['success_rate']:.3f} "
+                    logger.scalars("eval", result, self.step)
+                    logger.bar.write(f"[{self.step} {plan.unit}, {wall:.0f}s] eval success {result['success_rate']:.3f} "
                                      f"(once {result['success_once']:.3f}) return {result['mean_return']:.2f}")
                     if t.stop_at_success is not None and result["success_rate"] >= t.stop_at_success:
                         logger.bar.write(f"eval success reached train.stop_at_success={t.stop_at_success}: stopping")
                         last = True
                 if "success_rate" in self.last_eval:
                     postfix["eval_success"] = self.last_eval["success_rate"]
-                logger.advance(steps_per_iter, postfix)
-                if self.iteration % t.save_every == 0 or last:
+                logger.advance(self.algo.progress * self.comm.world, postfix)
+                if self.iteration % plan.save_every == 0 or last:
                     self.save("last", wall)
                     self.write_summary(self.summary(wall))  # what the last checkpoint holds
                 if last:

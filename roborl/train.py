@@ -1,11 +1,17 @@
 """`roborl train`: one run of a config, in as many learner processes as `resources.learners` asks for."""
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from roborl.config import Config
 from roborl.errors import UserError
 from roborl.runner import Runner
+
+
+def train_bc(cfg: Config) -> dict:
+    """`roborl bc`: behaviour cloning of the config's policy on its demonstrations (train.algorithm bc)."""
+    return Runner(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, algorithm="bc"))).train()
 
 
 def train(cfg: Config) -> dict | None:

@@ -96,6 +96,31 @@ def test_rl_init_that_does_not_fit_is_one_line(reach_demos, tmp_path):
     assert proc.returncode == 2 and "recorded on 'mujoco/Reach'" in proc.stderr, proc.stderr
 
 
+def test_bc_runs_on_the_runner_and_resumes(reach_demos, tmp_path):
+    """BC is an algorithm of the one runner: its checkpoints hold the training state, so `resume=` with a larger
+    bc.steps carries the same optimizer and schedule on; the logs' x-axis is gradient steps."""
+    from test_training import scalars
+
+    from roborl.checkpoint import Checkpoint
+
+    common = [f"train.run_dir={tmp_path}", "train.name=bc", "env.id=mujoco/Reach", f"bc.demos={reach_demos}",
+              "bc.eval_every=10", "train.eval_episodes=2", "train.eval_envs=2", "train.progress=false"]
+    first = roborl("bc", str(ROOT / "configs" / "bc_flow_push.yaml"), *common, "bc.steps=20")
+    assert first.returncode == 0, first.stderr[-2000:]
+    last = tmp_path / "bc" / "checkpoints" / "last.safetensors"
+    state = Checkpoint(last)
+    assert state.trainer_state["iteration"] == 2 and state.trainer_state["step"] == 20
+    assert state.algo_state["bc_step"] == 20 and state.trainer_state["env_steps"] == 0
+    more = roborl("train", f"resume={last}", "bc.steps=40", "train.progress=false")
+    assert more.returncode == 0, more.stderr[-2000:]
+    summary = json.loads((tmp_path / "bc" / "summary.json").read_text())
+    assert summary["bc_steps"] == 40 and summary["iterations"] == 4 and summary["demo_episodes"] == 40
+    adam = Checkpoint(last).algo_state["optimizer"]["state"][0]
+    assert float(adam["step"]) == 40  # one optimizer across both sittings
+    assert [s for s, _ in scalars(tmp_path / "bc", "train/loss")] == [10, 20, 30, 40]
+    assert [s for s, _, _ in summary["eval_history"]] == [10, 20, 30, 40]
+
+
 def test_dart_executes_the_noisy_action_and_records_the_experts(tmp_path):
     def record(name: str, **kw) -> tuple[torch.Tensor, torch.Tensor]:
         record_demos("mujoco/Reach", 4, tmp_path / name, num_envs=4, seed=5, progress=False, episode_length=5, **kw)

@@ -12,13 +12,14 @@ from helpers import ROOT
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytest.importorskip("transformers")
 
-from roborl.bc import demo_batches, train_bc  # noqa: E402
+from roborl.algos.bc import demo_batches
 from roborl.builder import load_pretrained, make_env, make_policy  # noqa: E402
 from roborl.checkpoint import Checkpoint, save_checkpoint  # noqa: E402
 from roborl.config import load_config  # noqa: E402
 from roborl.demos import load_demos, record_demos  # noqa: E402
 from roborl.errors import UserError  # noqa: E402
 from roborl.runner import Runner  # noqa: E402
+from roborl.train import train_bc  # noqa: E402
 
 TASK = "mujoco/LangTabletop-ReachPushLift"
 TINY = ["policy.vla.image_size=32", "policy.vla.vision_hidden=32", "policy.vla.hidden=32", "policy.vla.bins=16",
@@ -120,7 +121,7 @@ def test_init_modules_takes_the_pretrained_backbone_and_keeps_a_new_expert(tmp_p
 def test_vla_sft_needs_images(demos, tmp_path):
     cfg = load_config(None, [f"env.id={TASK}", "env.obs_mode=state", "policy.kind=token_vla", f"bc.demos={demos}",
                              f"train.run_dir={tmp_path}"])
-    with pytest.raises(UserError, match="a token_vla policy sees images: set env.obs_mode rgb"):
+    with pytest.raises(UserError, match="policy.kind token_vla needs rgb observations; set env.obs_mode to rgb"):
         train_bc(cfg)
 
 

@@ -12,7 +12,8 @@ from roborl.config import Config
 from roborl.errors import UserError
 from roborl.sim import VecEnv
 
-ALGORITHMS = {"ppo": "roborl.algos.ppo:PPO", "sac": "roborl.algos.sac:SAC", "grpo": "roborl.algos.grpo:GRPO"}
+ALGORITHMS = {"ppo": "roborl.algos.ppo:PPO", "sac": "roborl.algos.sac:SAC", "grpo": "roborl.algos.grpo:GRPO",
+              "bc": "roborl.algos.bc:BC"}
 
 
 def algorithm_class(name: str) -> type[Algorithm]:

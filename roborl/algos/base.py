@@ -14,12 +14,15 @@ and `state_dict` / `load_state_dict` carry everything a resumed run needs beyond
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
 from roborl.collect import EpisodeLog
+from roborl.config import Config
 from roborl.sim import VecEnv
 
 
@@ -58,10 +61,37 @@ class Comm:
         return stop
 
 
+@dataclass
+class Schedule:
+    """How the runner paces an algorithm: iterations, the progress units each adds (the x-axis of logs and
+    curves), and how many iterations pass between evaluations and between `last` checkpoints."""
+    iterations: int
+    units_per_iteration: int
+    eval_every: int
+    save_every: int
+    unit: str = "env steps"
+
+
 class Algorithm(ABC):
     name = ""  # train.algorithm
     env_steps = 0  # env steps the last `collect` (or `absorb`) took in this process
     collects_in_workers = False  # whether `absorb` takes parts that Ray env workers collected themselves
+    steps_envs = True  # False: learns from stored data (BC); the runner's envs then serve evaluation alone
+
+    def schedule(self, cfg: Config) -> Schedule:
+        """`train.total_steps` env steps in iterations of env.num_envs × train.rollout_steps × env.action_chunk."""
+        t = cfg.train
+        per_iteration = cfg.env.num_envs * t.rollout_steps * cfg.env.action_chunk  # all learners' steps
+        return Schedule(math.ceil(t.total_steps / per_iteration), per_iteration, t.eval_every, t.save_every)
+
+    @property
+    def progress(self) -> int:
+        """Progress units of the last iteration in this process (env steps here)."""
+        return self.env_steps
+
+    def summary(self) -> dict:
+        """What the run's summary adds about this algorithm."""
+        return {}
 
     def __init__(self, policy: nn.Module, comm: Comm | None = None) -> None:
         self.policy = policy
