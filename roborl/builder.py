@@ -313,6 +313,10 @@ def load_pretrained(policy: nn.Module, path: str, modules: list[str] | tuple[str
 def build(cfg: Config, device: torch.device, env: sim.VecEnv | None = None) -> tuple[sim.VecEnv, nn.Module]:
     """The run's envs (`env`, or `env.num_envs` of them made here) and a new policy that fits them."""
     env = env or make_run_env(cfg, cfg.env.num_envs, cfg.train.seed, device)
-    policy = make_policy(cfg.policy, env, cfg.env.action_chunk, cfg.residual, state_std=cfg.train.algorithm == "sac",
-                         cost_critic=cfg.algo.cost_limit is not None)
-    return env, policy.to(device)
+    return env, make_run_policy(cfg, env).to(device)
+
+
+def make_run_policy(cfg: Config, env: sim.VecEnv) -> nn.Module:
+    """A new policy of the run's config for `env` (the learner's, and each Ray env worker's copy)."""
+    return make_policy(cfg.policy, env, cfg.env.action_chunk, cfg.residual, state_std=cfg.train.algorithm == "sac",
+                       cost_critic=cfg.algo.cost_limit is not None)

@@ -308,9 +308,9 @@ def check_relations(cfg: Config) -> None:
         if e.num_envs % r.env_workers:
             raise UserError(f"env.num_envs ({e.num_envs}) must be divisible by resources.env_workers "
                             f"({r.env_workers}): each env worker steps an equal share of the envs")
-        if t.algorithm != "ppo" and r.inference == "collocated":
-            raise UserError(f"train.algorithm {t.algorithm} collects in the learner's process, not in Ray env "
-                            "workers: set resources.inference=learner (the workers simulate, the learner acts)")
+        if t.algorithm == "bc":
+            raise UserError("train.algorithm bc learns from demonstrations and steps no envs: resources.env_workers "
+                            "has nothing to run (set it to 0)")
         if a.group_size > 1 and r.inference == "collocated":
             raise UserError("algo.group_size resets groups from the learner: with Ray env workers set "
                             "resources.inference=learner")
@@ -321,12 +321,12 @@ def check_relations(cfg: Config) -> None:
     if e.num_envs % r.learners:
         raise UserError(f"env.num_envs ({e.num_envs}) must be divisible by resources.learners ({r.learners}): "
                         "each learner steps an equal share of the envs")
-    if t.algorithm == "sac":
-        raise UserError("resources.learners > 1 averages the gradients of PPO and GRPO; train.algorithm sac trains in "
-                        "one learner process (resources.learners=1; resources.env_workers spreads its envs)")
-    if a.cost_limit is not None:
-        raise UserError("resources.learners > 1 does not support algo.cost_limit (PPO-Lagrangian) yet; "
-                        "use resources.learners=1")
+    if t.algorithm == "grpo":
+        raise UserError("resources.learners > 1 needs batches of one size on every learner, and GRPO's vary with "
+                        "its episodes and dynamic sampling: spread GRPO's envs with resources.env_workers instead")
+    if t.algorithm == "sac" and cfg.sac.batch_size % r.learners:
+        raise UserError(f"sac.batch_size ({cfg.sac.batch_size}) must be divisible by resources.learners ({r.learners}): "
+                        "each learner samples an equal share of every batch")
 
 
 ENV_BYTES = 16 * 1024  # a lower bound on the memory of one simulated env (a small MuJoCo scene's MjData)

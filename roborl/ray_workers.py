@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from roborl.algos import make_algorithm
-from roborl.builder import make_policy, make_run_env, resolve_device
+from roborl.builder import make_run_env, make_run_policy, resolve_device
 from roborl.collect import EpisodeLog
 from roborl.config import SEED_STRIDE, Config
 from roborl.errors import UserError
@@ -102,9 +102,10 @@ class EnvWorker:
     def load(self, weights: dict[str, torch.Tensor], version: int) -> None:
         if self.policy is None:
             c = self.cfg
-            self.policy = make_policy(c.policy, self.env, c.env.action_chunk, c.residual,
-                                      cost_critic=c.algo.cost_limit is not None).to(self.device)
-            self.algo = make_algorithm(c, self.policy, self.env, self.device)
+            self.policy = make_run_policy(c, self.env).to(self.device)
+            own_seeds = dataclasses.replace(c, train=dataclasses.replace(c.train, seed=self.seed))  # its own draws
+            self.algo = make_algorithm(own_seeds, self.policy, self.env, self.device)
+            self.algo.in_worker = True
         if version != self.version:
             self.policy.load_state_dict(weights)
             self.version = version
@@ -112,6 +113,7 @@ class EnvWorker:
     def rollout(self, weights: dict[str, torch.Tensor], version: int) -> dict:
         """One iteration's data with the policy of `version`, from where the last one stopped."""
         self.load(weights, version)
+        self.algo.start_iteration(version, version + 1)  # group resets draw the learner's iteration's starts
         log = EpisodeLog()
         self.obs = self.algo.collect(self.env, self.obs, log)
         return {**self.algo.rollout_part(self.obs), "episodes": log.values, "violations": log.violations,

@@ -84,6 +84,12 @@ def test_every_algorithm_and_policy_kind_is_registered_once():
     (["policy.dppo.clip_base=0.1"], "config key 'policy.dppo.clip_base' is not read by policy.kind gaussian"),
     (["policy.hidden=[64, 0]"], "config key 'policy.hidden[1]' must be >= 1, got 0"),
     (["train.best_metric=loss"], "train.best_metric 'loss' is unknown; available: auto, success, return"),
+    (["train.algorithm=sac", "resources.learners=3", "env.num_envs=6"],
+     "sac.batch_size (256) must be divisible by resources.learners (3)"),
+    (["train.algorithm=bc", "resources.env_workers=2", "env.num_envs=16"],
+     "train.algorithm bc learns from demonstrations and steps no envs"),
+    (["train.algorithm=grpo", "resources.learners=2", "env.num_envs=16"],
+     "GRPO's vary with its episodes and dynamic sampling"),
 ])
 def test_values_are_checked_where_they_are_declared(overrides, message):
     with pytest.raises(UserError) as err:

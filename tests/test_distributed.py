@@ -139,3 +139,34 @@ def test_bad_learner_counts_are_one_line_errors(overrides, message):
     proc = roborl("train", REACH, *overrides)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"roborl: error: {message}"), proc.stderr
+
+
+@pytest.mark.learning
+def test_sac_with_two_learners_fixes_the_biased_base(tmp_path):
+    """Residual SAC in two learner processes: each steps half of the envs into its own replay, samples half of
+    every batch, and the gradients are averaged, so both learners make the single process's updates of the
+    union batch; the biased Reach base is fixed on the same budget as in one process."""
+    from test_residual import BIASED_REACH, SAC_REACH
+
+    path = tmp_path / "sac.yaml"
+    path.write_text(yaml.safe_dump(BIASED_REACH))
+    proc = roborl("train", str(path), f"train.run_dir={tmp_path}", "train.name=sac2", "resources.learners=2",
+                  *SAC_REACH, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "sac2" / "summary.json").read_text())
+    assert summary["env_steps"] == 8000 and summary["success_rate"] >= 0.8, summary["eval_history"]
+
+
+def test_ppo_lagrangian_with_two_learners_agrees_on_one_multiplier(tmp_path):
+    """PPO-Lagrangian over two learners: λ comes from the mean episode cost of both learners' episodes, so
+    both keep one multiplier (it is logged by rank 0 and the run finishes without the learners parting)."""
+    from test_training import scalars
+
+    config = str(ROOT / "configs" / "ppo_lagrangian_reachavoid.yaml")
+    proc = roborl("train", config, f"train.run_dir={tmp_path}", "train.name=lag", "resources.learners=2",
+                  "env.num_envs=8", "train.rollout_steps=50", "train.total_steps=1600", "train.eval_every=100",
+                  "train.eval_episodes=2", "train.eval_envs=2", "train.video=false", "train.progress=false",
+                  "algo.cost_limit=0.0", "algo.lagrange_kp=0.0")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    multipliers = [v for _, v in scalars(tmp_path / "lag", "train/lagrange_multiplier")]
+    assert len(multipliers) == 4 and multipliers == sorted(multipliers), multipliers  # integral only, limit 0: λ grows

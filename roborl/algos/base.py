@@ -77,6 +77,7 @@ class Algorithm(ABC):
     env_steps = 0  # env steps the last `collect` (or `absorb`) took in this process
     collects_in_workers = False  # whether `absorb` takes parts that Ray env workers collected themselves
     steps_envs = True  # False: learns from stored data (BC); the runner's envs then serve evaluation alone
+    in_worker = False  # set in a Ray env worker's copy: `collect` gathers for `rollout_part` and learns nothing
 
     def schedule(self, cfg: Config) -> Schedule:
         """`train.total_steps` env steps in iterations of env.num_envs × train.rollout_steps × env.action_chunk."""

@@ -34,7 +34,7 @@ from roborl.collect import EpisodeLog, Step, run_steps
 from roborl.config import Config, GRPOConfig, PPOConfig
 from roborl.policies.act import Act
 from roborl.sim import VecEnv
-from roborl.sim.batch import concat, stack, take
+from roborl.sim.batch import concat, stack, take, to_device
 
 OUTCOMES = {"success": "success_once", "success_at_end": "success_at_end", "return": "return",
             "return_to_go": "return"}  # groups are kept, and logged, by their episode returns
@@ -93,6 +93,7 @@ class EpisodeBatch:
 class GRPO(PPO):
     """PPO's optimizer and update loop with the GRPO loss (no value loss: the critic, if any, stays idle)."""
     name = "grpo"
+    collects_in_workers = True
 
     def __init__(self, policy: nn.Module, cfg: PPOConfig, grpo: GRPOConfig, compile: bool = False,
                  comm: Comm | None = None) -> None:
@@ -191,6 +192,37 @@ class GRPO(PPO):
             "collect_sps": self.env_steps / max(time.time() - collect_start, 1e-9)}
         self.batch = build_batch_for(g, parts, self.device, self.vocab)
         return obs
+
+    def rollout_part(self, obs: dict) -> dict:
+        """A Ray env worker's kept groups (steps, advantages, weights; instructions as ids into its vocabulary)
+        and its round statistics, for the learner's `absorb`."""
+        return {"batch": None if self.batch is None else self.batch.data, "vocab": list(self.vocab),
+                "stats": self.collect_stats, "env_steps": self.env_steps, "last_obs": obs}
+
+    def absorb(self, parts: list[dict], obs: dict, log: EpisodeLog) -> None:
+        """The workers' kept groups as one batch: instruction ids mapped into the learner's vocabulary, the
+        group counts summed over the workers."""
+        index = {s: i for i, s in enumerate(self.vocab)}
+        chunks = []
+        for part in parts:
+            data = part["batch"]
+            if data is None:
+                continue
+            if "instruction_ids" in data["obs"]:
+                to_learner = torch.tensor([index.setdefault(s, len(index)) for s in part["vocab"]], dtype=torch.long)
+                ids = data["obs"]["instruction_ids"]
+                data["obs"]["instruction_ids"] = to_learner.to(ids.device)[ids]
+            chunks.append(to_device(data, self.device))
+        self.vocab[:] = sorted(index, key=index.get)
+        self.batch = EpisodeBatch(concat(chunks), list(self.vocab)) if chunks else None
+        stats = [p["stats"] for p in parts]
+        summed = ("groups", "groups_dropped", "groups_kept")
+        self.collect_stats = {k: sum(s[k] for s in stats) for k in summed}
+        self.collect_stats.update(groups_dropped_frac=self.collect_stats["groups_dropped"] /
+                                  max(self.collect_stats["groups"], 1),
+                                  rounds=max(s["rounds"] for s in stats),
+                                  outcome_mean=sum(s["outcome_mean"] for s in stats) / len(stats))
+        self.env_steps = sum(p["env_steps"] for p in parts)
 
 
 def build_batch_for(g: GRPOConfig, parts: list[tuple[Episodes, torch.Tensor, torch.Tensor]], device: torch.device,

@@ -365,10 +365,13 @@ class PPO(Algorithm):
         self.update_multiplier(log)
 
     def update_multiplier(self, log: EpisodeLog) -> None:
-        """PPO-Lagrangian: λ from this iteration's mean episode cost."""
-        cost = log.mean("cost")
-        if self.lagrangian is not None and cost is not None:
-            self.lagrange = self.lagrangian.update(cost)
+        """PPO-Lagrangian: λ from this iteration's mean episode cost (over every learner's episodes)."""
+        if self.lagrangian is None:
+            return
+        costs = log.values.get("cost", [])
+        total, count = self.comm.reduce(torch.tensor([sum(costs), len(costs)], dtype=torch.float64)).tolist()
+        if count:
+            self.lagrange = self.lagrangian.update(total / count if self.comm.world > 1 else sum(costs) / len(costs))
 
     def state_dict(self) -> dict:
         state = {"optimizer": self.optimizer.state_dict(), "lr": self._lr}

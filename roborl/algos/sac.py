@@ -29,7 +29,7 @@ from roborl.policies.gaussian import mlp
 from roborl.replay import ReplayBuffer
 from roborl.rm import RewardMachineEnv
 from roborl.sim import VecEnv
-from roborl.sim.batch import clone, merge_rows
+from roborl.sim.batch import clone, concat, merge_rows
 
 
 class TwinQ(nn.Module):
@@ -45,6 +45,7 @@ class TwinQ(nn.Module):
 
 class SAC(Algorithm):
     name = "sac"
+    collects_in_workers = True
 
     def __init__(self, policy: nn.Module, feature_dim: int, action_dim: int, cfg: SACConfig,
                  device: torch.device, comm: Comm | None = None) -> None:
@@ -89,6 +90,7 @@ class SAC(Algorithm):
         loss, target = self.critic_loss(batch)
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
+        self.comm.average_gradients(list(self.critic.parameters()))
         self.critic_opt.step()
         stats.update(critic_loss=loss.item(), q_target=target.mean().item())
         self.updates += 1
@@ -99,10 +101,12 @@ class SAC(Algorithm):
             actor_loss = (self.alpha * logp - torch.min(q1, q2)).mean()
             self.actor_opt.zero_grad(set_to_none=True)
             actor_loss.backward()
+            self.comm.average_gradients(self.actor_params)
             self.actor_opt.step()
             alpha_loss = -(self.log_alpha * (logp.detach() + self.target_entropy)).mean()
             self.alpha_opt.zero_grad(set_to_none=True)
             alpha_loss.backward()
+            self.comm.average_gradients([self.log_alpha])
             self.alpha_opt.step()
             stats.update(actor_loss=actor_loss.item(), alpha=self.alpha.item(), entropy=-logp.mean().item())
         with torch.no_grad():
@@ -125,6 +129,8 @@ class SAC(Algorithm):
                                 "process (not with Ray env workers)")
         residual_on = torch.rand(env.num_envs) < exploration_prob(cfg.sac, 0)  # drawn before the critics' init
         algo = cls(policy, policy.feature_dim, env.action_dim, cfg.sac, device, comm)
+        algo.comm.broadcast_module(algo.critic)  # several learners start from rank 0's critics
+        algo.comm.broadcast_module(algo.target)
         algo.start_collection(cfg, residual_on, crm)
         return algo
 
@@ -151,8 +157,12 @@ class SAC(Algorithm):
         return Act(torch.where(self.residual_on[:, None], action, obs["base_action"]), log_prob)
 
     def collect(self, env: VecEnv, obs: dict, log: EpisodeLog) -> dict:
+        """`train.rollout_steps` steps into the replay buffer, with the updates each step is due. In a Ray env
+        worker (`in_worker`) the transitions are kept for `rollout_part` and nothing learns here; the step
+        count that paces exploration counts every worker's envs (they step alike)."""
         s, N = self.cfg, env.num_envs
-        self.stats, self.collect_time = {}, 0.0
+        counted = N * (self.run_cfg.resources.env_workers if self.in_worker else self.comm.world)  # every env
+        self.stats, self.collect_time, self.transitions = {}, 0.0, []
         t0 = [time.time()]
 
         def record(step: Step) -> None:
@@ -164,32 +174,65 @@ class SAC(Algorithm):
                 p = self.exploration_prob()
                 self.residual_on[done] = torch.rand(int(done.sum()), generator=self.generator).to(self.device) < p
             if self.crm is not None:
-                self.replay.add(*self.counterfactuals(step.obs, step.act.action, stored_next, step.info))
+                transition = self.counterfactuals(step.obs, step.act.action, stored_next, step.info)
             else:
-                self.replay.add(step.obs, step.act.action, step.reward, stored_next, step.terminated)
+                transition = (step.obs, step.act.action, step.reward, stored_next, step.terminated)
             log.record(step.info)
-            self.policy.update_normalizer(step.obs)
-            self.collected += N
-            if self.collected - N < s.seed_steps <= self.collected:  # seeding is over
+            if self.in_worker:
+                self.transitions.append(clone(transition))
+            else:
+                self.replay.add(*transition)
+                self.policy.update_normalizer(self.comm.gather_state(step.obs))
+            self.collected += counted
+            if self.collected - counted < s.seed_steps <= self.collected:  # seeding is over
                 self.residual_on[:] = torch.rand(N, generator=self.generator).to(self.device) < self.exploration_prob()
             self.collect_time += time.time() - t0[0]
-            if self.collected >= s.seed_steps and len(self.replay) >= s.batch_size:
-                self.update_debt += N * s.utd_ratio
-                with torch.enable_grad():
-                    while self.update_debt >= 1:
-                        self.update_debt -= 1
-                        for k, v in self.update(self.replay.sample(s.batch_size, self.generator)).items():
-                            self.stats.setdefault(k, []).append(v)
+            if not self.in_worker:
+                self.learn(counted)
             t0[0] = time.time()
 
         obs = run_steps(env, obs, self.act, record, self.run_cfg.train.rollout_steps)
         self.env_steps = self.run_cfg.train.rollout_steps * N * self.run_cfg.env.action_chunk
         return obs
 
+    def learn(self, transitions: int) -> None:
+        """The gradient updates that `transitions` new env transitions (of every learner) are due
+        (`sac.utd_ratio` each), once seeding is over and the buffer holds a batch. With several learners each
+        samples its share of `sac.batch_size` from its own buffer, and the gradients are averaged: the update
+        of the union batch, as many times as one learner would make it."""
+        s = self.cfg
+        if self.collected < s.seed_steps or len(self.replay) < s.batch_size:
+            return
+        self.update_debt += transitions * s.utd_ratio
+        with torch.enable_grad():
+            while self.update_debt >= 1:
+                self.update_debt -= 1
+                for k, v in self.update(self.replay.sample(s.batch_size // self.comm.world, self.generator)).items():
+                    self.stats.setdefault(k, []).append(v)
+
+    def rollout_part(self, obs: dict) -> dict:
+        """A Ray env worker's transitions of this iteration, for the learner's `absorb`."""
+        return {"transitions": tuple(concat([t[i] for t in self.transitions]) for i in range(5)),
+                "env_rows": self.run_cfg.train.rollout_steps * len(self.residual_on), "last_obs": obs}
+
+    def absorb(self, parts: list[dict], obs: dict, log: EpisodeLog) -> None:
+        """The workers' transitions into the replay buffer, then the updates they are due."""
+        self.stats, self.collect_time = {}, 0.0
+        rows = 0
+        for part in parts:
+            transition = part["transitions"]
+            self.replay.add(*transition)
+            self.policy.update_normalizer(transition[0])
+            rows += part["env_rows"]
+        self.collected += rows
+        self.learn(rows)
+        self.env_steps = rows * self.run_cfg.env.action_chunk
+
     def iteration_stats(self) -> dict[str, float]:
         out = {k: sum(v) / len(v) for k, v in self.stats.items()}
-        out.update(collect_sps=self.run_cfg.train.rollout_steps * len(self.residual_on) / max(self.collect_time, 1e-9),
-                   residual_on=self.exploration_prob(), replay_size=float(len(self.replay)))
+        if self.collect_time > 0:
+            out["collect_sps"] = self.run_cfg.train.rollout_steps * len(self.residual_on) / self.collect_time
+        out.update(residual_on=self.exploration_prob(), replay_size=float(len(self.replay)))
         return out
 
     def counterfactuals(self, obs: dict, action: torch.Tensor, next_obs: dict, info: dict) -> tuple:
