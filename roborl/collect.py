@@ -71,14 +71,5 @@ class EpisodeLog:
         if "cost" in info:
             self.violations += float((info["cost"] > 0).sum())
 
-    def merge(self, other: EpisodeLog) -> None:
-        for key, values in other.values.items():
-            self.extend(key, values)
-        self.violations += other.violations
-
     def means(self) -> dict[str, float]:
         return {k: sum(v) / len(v) for k, v in self.values.items() if v}
-
-    def mean(self, key: str) -> float | None:
-        values = self.values.get(key)
-        return sum(values) / len(values) if values else None

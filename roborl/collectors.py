@@ -20,9 +20,6 @@ class LocalCollector:
     def __init__(self, env: VecEnv) -> None:
         self.env = env
 
-    def prepare(self, algo: Algorithm) -> None:
-        """Checks, before the first iteration, that this collector can feed `algo`."""
-
     def collect(self, algo: Algorithm, obs: dict, log: EpisodeLog) -> dict:
         return algo.collect(self.env, obs, log)
 

@@ -19,7 +19,6 @@ import torch
 from roborl.algos.base import Algorithm
 from roborl.collect import EpisodeLog
 from roborl.config import Config
-from roborl.errors import UserError
 from roborl.ray_vec_env import RayVecEnv
 from roborl.ray_workers import WorkerPool
 from roborl.sim.batch import concat
@@ -31,11 +30,6 @@ class RayCollector:
         self.pool = WorkerPool(cfg)
         self.env = RayVecEnv(self.pool, device)
         self.staleness: float | None = None
-
-    def prepare(self, algo: Algorithm) -> None:
-        if self.cfg.resources.inference == "collocated" and not algo.collects_in_workers:
-            raise UserError(f"train.algorithm {algo.name} collects in the learner's process, not in Ray env workers: "
-                            "set resources.inference=learner (the workers simulate, the learner acts)")
 
     def collect(self, algo: Algorithm, obs: dict, log: EpisodeLog) -> dict:
         r = self.cfg.resources

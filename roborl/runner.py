@@ -56,15 +56,15 @@ class Runner:
         if self.records_video:
             require_video_writer()  # before the run dir exists, not at the first eval
         resume = Checkpoint(cfg.train.resume) if cfg.train.resume else None
-        if resume is not None:
-            check_time_left(resume.training_state().get("wall_time_s", 0.0), cfg.train.max_minutes)
+        st = resume.training_state() if resume is not None else {}
+        check_time_left(st.get("wall_time_s", 0.0), cfg.train.max_minutes)
         self.device = resolve_device(cfg.train.device)
         torch.set_num_threads(cfg.train.threads or max(1, (os.cpu_count() or 1) // 2))
         torch.manual_seed(cfg.train.seed)
         self.collector = make_collector(cfg, self.device)
         self.env, self.policy = build(cfg, self.device, self.collector.env)
         self.algo = make_algorithm(cfg, self.policy, self.env, self.device, comm)
-        self.collector.prepare(self.algo)
+        self.plan = self.algo.schedule(self.run_cfg)  # iterations, progress units, evaluation and save cadence
         comm.broadcast_module(self.policy)
         self.env_steps = 0  # env steps trained on
         self.step = 0  # progress in the algorithm's unit (env steps; gradient steps for BC): the logs' x-axis
@@ -78,7 +78,6 @@ class Runner:
         if resume is not None:
             resume.load_policy(self.policy)
             self.algo.load_state_dict(resume.algo_state)
-            st = resume.training_state()
             self.env_steps, self.iteration = st["env_steps"], st["iteration"]
             self.step = st.get("step", self.env_steps)
             self.best_score = st.get("best_score", st.get("best_success"))
@@ -160,7 +159,7 @@ class Runner:
         self.last_eval = result
         self.eval_history.append([self.step, round(wall, 2), result["success_rate"]])
         plot_curves(self.run_dir / "eval_curve.png", {"deterministic eval": [(s, r) for s, _, r in self.eval_history]},
-                    f"{self.run_dir.name}: {self.cfg.env.id}", xlabel=self.algo.schedule(self.run_cfg).unit)
+                    f"{self.run_dir.name}: {self.cfg.env.id}", xlabel=self.plan.unit)
         score = result[self.best_key()]
         if self.best_score is None or score > self.best_score:
             self.best_score = score
@@ -202,7 +201,7 @@ class Runner:
         """Iterations of `iterate`, each followed by logging, evaluation, checkpoints. The summary (None on
         learners other than rank 0)."""
         cfg, t = self.cfg, self.cfg.train
-        plan = self.algo.schedule(self.run_cfg)
+        plan = self.plan
         total_iters = plan.iterations
         logger = self.make_logger(total_iters * plan.units_per_iteration)
         start = time.time()

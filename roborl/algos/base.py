@@ -75,7 +75,6 @@ class Schedule:
 class Algorithm(ABC):
     name = ""  # train.algorithm
     env_steps = 0  # env steps the last `collect` (or `absorb`) took in this process
-    collects_in_workers = False  # whether `absorb` takes parts that Ray env workers collected themselves
     steps_envs = True  # False: learns from stored data (BC); the runner's envs then serve evaluation alone
     in_worker = False  # set in a Ray env worker's copy: `collect` gathers for `rollout_part` and learns nothing
 
@@ -106,8 +105,7 @@ class Algorithm(ABC):
         """Steps `env` from `obs` for one iteration's data, recording episodes in `log`; returns the next obs."""
 
     def absorb(self, parts: list[dict], obs: dict, log: EpisodeLog) -> None:
-        """One iteration's data collected elsewhere (`parts` of Ray env workers, see roborl/ray_collector.py);
-        algorithms that take them set `collects_in_workers`."""
+        """One iteration's data collected elsewhere (`parts` of Ray env workers, see roborl/ray_collector.py)."""
         raise NotImplementedError(f"train.algorithm {self.name} collects in the learner's process")
 
     @abstractmethod

@@ -93,7 +93,6 @@ class EpisodeBatch:
 class GRPO(PPO):
     """PPO's optimizer and update loop with the GRPO loss (no value loss: the critic, if any, stays idle)."""
     name = "grpo"
-    collects_in_workers = True
 
     def __init__(self, policy: nn.Module, cfg: PPOConfig, grpo: GRPOConfig, compile: bool = False,
                  comm: Comm | None = None) -> None:

@@ -64,7 +64,6 @@ def correct_off_policy(policy: nn.Module, buffer: RolloutBuffer, is_clip: float)
 
 class PPO(Algorithm):
     name = "ppo"
-    collects_in_workers = True
 
     def __init__(self, policy: nn.Module, cfg: PPOConfig, compile: bool = False, comm: Comm | None = None) -> None:
         """The learner alone (optimizer, loss, update); `from_config` adds the rollout side."""
@@ -371,7 +370,7 @@ class PPO(Algorithm):
         costs = log.values.get("cost", [])
         total, count = self.comm.reduce(torch.tensor([sum(costs), len(costs)], dtype=torch.float64)).tolist()
         if count:
-            self.lagrange = self.lagrangian.update(total / count if self.comm.world > 1 else sum(costs) / len(costs))
+            self.lagrange = self.lagrangian.update(total / count)
 
     def state_dict(self) -> dict:
         state = {"optimizer": self.optimizer.state_dict(), "lr": self._lr}

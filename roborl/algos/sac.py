@@ -45,7 +45,6 @@ class TwinQ(nn.Module):
 
 class SAC(Algorithm):
     name = "sac"
-    collects_in_workers = True
 
     def __init__(self, policy: nn.Module, feature_dim: int, action_dim: int, cfg: SACConfig,
                  device: torch.device, comm: Comm | None = None) -> None:
