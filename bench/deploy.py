@@ -6,7 +6,7 @@ and the same robot with 5 mm of sensor noise on the state.
 
 Prints per policy: success in simulation (nominal and with each perturbation, batched, fresh
 episodes), success on each twin, the control rate achieved, loop jitter, and round-trip latency
-percentiles of the policy requests. Writes `<run-dir>/deploy.{json,md,png}`.
+percentiles of the policy requests. Writes `docs/results/deploy.{json,md,png}`.
 
 Usage: python bench/deploy.py [--run-dir runs/deploy] [--sim-episodes 200] [--twin-episodes 30] [--reuse]
 Training takes 15-40 minutes per policy on 2 CPU cores; the twin episodes run in real time (4 s each).
@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 import torch
-from study import run_once, write_study
+from study import run_once, write_results
 
 from roborl.builder import build
 from roborl.checkpoint import Checkpoint
@@ -33,6 +33,7 @@ from roborl.robot.twin import TwinRobot, TwinSettings, start_twin
 from roborl.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
+SEEDS = "1 training seed per run (`train.seed` of each config)"
 RUNS = {"push_nodr": "ppo_push", "push_dr": "ppo_push_dr"}
 PERTURBED = {"object_mass": 1.5, "friction": 0.5, "latency_ms": 20.0}
 TWINS = {"perturbed": PERTURBED, "perturbed+noise": {**PERTURBED, "obs_noise": 0.005}}
@@ -115,7 +116,8 @@ def main() -> None:
                      f"{t['round_trip_ms']['p50']:.2f} / {t['round_trip_ms']['p95']:.2f} / {t['round_trip_ms']['p99']:.2f} |")
     lines += ["", f"Sim: {args.sim_episodes} fresh episodes, batched. Twin: {args.twin_episodes} episodes each, real time, "
               f"through `roborl serve` (ONNX). Perturbed: {PERTURBED}; + noise: obs_noise 0.005."]
-    write_study(run_dir, "deploy", lines, {"rows": rows, "twins": TWINS}, curves, "Push: eval success while training")
+    write_results("deploy", "Sim-to-real on Push: domain randomization, ONNX, policy server, digital twins", lines,
+                  {"rows": rows, "twins": TWINS}, seeds=SEEDS, curves=curves, plot_title="Push: eval success while training")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 
 Prints one row per mode: BC success, RL success, env steps and minutes to the first eval >= 90%, and
 the sampling cost of the flow policy (actions/s at N=64 for 1, 5 and 10 Euler steps). Writes
-`<run-dir>/flow_rl.json`, `<run-dir>/flow_rl.md` and `<run-dir>/flow_rl.png` (all learning curves).
+`docs/results/flow_rl.{md,json,png}` (the png: all learning curves).
 
 Usage: python bench/flow_rl.py [--modes dppo flow_noise flow_sde fpo] [--run-dir runs/flow_rl]
        [--max-minutes 20] [--reuse]   (--reuse keeps finished BC / RL runs of an earlier call)
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import torch
-from study import first_reaching, run_once, write_study
+from study import first_reaching, run_once, write_results
 
 from roborl.builder import make_env, make_policy
 from roborl.config import load_config
@@ -26,6 +26,7 @@ from roborl.runner import Runner
 from roborl.train import train_bc
 
 ROOT = Path(__file__).resolve().parents[1]
+SEEDS = "1 training seed per run (`train.seed` of each config)"
 BC_CONFIG = {"dppo": "bc_diffusion_push", "flow_noise": "bc_flow_push", "flow_sde": "bc_flow_push", "fpo": "bc_flow_push"}
 TARGET = 0.9
 
@@ -90,8 +91,9 @@ def main() -> None:
     lines += ["", "| flow sampling, N=64 (chunks of H=8 actions) | 1 step | 5 steps | 10 steps |", "|---|---|---|---|",
               f"| chunks/s | {rates[1]:,.0f} | {rates[5]:,.0f} | {rates[10]:,.0f} |",
               f"| relative to 1 step | 1.00 | {rates[5] / rates[1]:.2f} | {rates[10] / rates[1]:.2f} |"]
-    write_study(run_dir, "flow_rl", lines, {"rows": rows, "sampling_actions_per_s": rates, "bc": bc}, curves,
-                "RL fine-tuning of BC policies on Push (deterministic eval)")
+    write_results("flow_rl", "Diffusion and flow RL on Push: BC, then RL fine-tuning", lines,
+                  {"rows": rows, "sampling_actions_per_s": rates, "bc": bc}, seeds=SEEDS, curves=curves,
+                  plot_title="RL fine-tuning of BC policies on Push (deterministic eval)")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@ miscalibrated x-y offset and noise), residual PPO and residual SAC on top of it,
 
 Prints one row per run: base success, best eval, env steps and minutes to the first eval >= 90% and
 >= 95%, and the ratio of env steps to 90% against PPO from scratch; then 200-episode evaluations on
-fresh initial states of the base and of each run's best checkpoint. Writes `<run-dir>/residual.json`,
-`residual.md` and `residual.png` (the learning curves).
+fresh initial states of the base and of each run's best checkpoint. Writes `docs/results/residual.{md,json,png}`
+(the png: the learning curves).
 
 Usage: python bench/residual.py [--runs residual_ppo residual_sac scratch_ppo] [--run-dir runs/residual]
        [--max-minutes 30] [--reuse]   (--reuse keeps finished runs of an earlier call)
@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 import torch
-from study import first_reaching, run_once, write_study
+from study import first_reaching, run_once, write_results
 
 from roborl.builder import make_policy, make_run_env
 from roborl.config import load_config
@@ -25,6 +25,7 @@ from roborl.evaluate import evaluate, evaluate_checkpoint
 from roborl.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
+SEEDS = "1 training seed per run (`train.seed` of each config)"
 CONFIGS = {"residual_ppo": "residual_ppo_pickplace", "residual_sac": "residual_sac_pickplace",
            "scratch_ppo": "ppo_pickplace"}
 FRESH_SEED, FRESH_EPISODES = 777, 200
@@ -88,8 +89,8 @@ def main() -> None:
                  f"< {r['steps_ratio_upper_bound']:.3f}" if r["steps_ratio_upper_bound"] is not None else "—")
         lines.append(f"| {r['run']} | {start} | {r['best_success']:.2f} | {fmt_steps(r.pop('_to90'))} | "
                      f"{fmt_steps(r.pop('_to95'))} | {ratio} | {r['fresh_success']:.3f} |")
-    write_study(run_dir, "residual", lines, {"base_success": base, "rows": rows}, curves,
-                "PickPlace: residual RL on an imperfect base vs PPO from scratch")
+    write_results("residual", "Residual RL on PickPlace", lines, {"base_success": base, "rows": rows}, seeds=SEEDS,
+                  curves=curves, plot_title="PickPlace: residual RL on an imperfect base vs PPO from scratch")
 
 
 if __name__ == "__main__":

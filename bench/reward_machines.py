@@ -4,7 +4,7 @@ and shaping (configs/rm_sequence.yaml) vs PPO on the task's plain sparse reward
 
 Prints the success of both at the same env steps and the steps to 90%, and the reward machine's cost
 per env step at N=256 in % of the simulator's step (the compiled machine alone, and the whole wrapper:
-one-hot observation, shaping, bookkeeping). Writes `<run-dir>/reward_machines.{json,md,png}`.
+one-hot observation, shaping, bookkeeping). Writes `docs/results/reward_machines.{json,md,png}`.
 
 Usage: python bench/reward_machines.py [--run-dir runs/reward_machines] [--steps 2000000] [--reuse]
 About 10 + 10 minutes of training on 2 CPU cores.
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import torch
-from study import env_seconds_per_step, first_reaching, run_once, write_study
+from study import env_seconds_per_step, first_reaching, run_once, write_results
 
 from roborl import (
     sim,
@@ -28,6 +28,7 @@ from roborl.rm import RewardMachine, RewardMachineEnv
 from roborl.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
+SEEDS = "1 training seed per run (`train.seed` of each config)"
 RUNS = {"rm_shaped": "rm_sequence", "plain_sparse": "ppo_sequence_sparse"}
 
 
@@ -96,9 +97,9 @@ def main() -> None:
     lines += ["", "| N = 256, per env step | simulator step | compiled machine step | whole RM wrapper |", "|---|---|---|---|",
               f"| share of the simulator step | 100% | {cost['machine_pct_of_env_step']:.2f}% | "
               f"{cost['wrapper_pct_of_env_step']:.2f}% |"]
-    write_study(run_dir, "reward_machines", lines, {"rows": rows, "step_cost": cost},
-                {n: [(st, r) for st, _, r in s["eval_history"]] for n, s in summaries.items()},
-                "Sequence A→B→C: reward machine + shaping vs sparse reward")
+    write_results("reward_machines", "Reward machines on Sequence (A → B → C)", lines, {"rows": rows, "step_cost": cost},
+                  seeds=SEEDS, curves={n: [(st, r) for st, _, r in s["eval_history"]] for n, s in summaries.items()},
+                  plot_title="Sequence A→B→C: reward machine + shaping vs sparse reward")
 
 
 if __name__ == "__main__":

@@ -5,13 +5,13 @@ backend (mujoco-warp) at 1024 and 4096 envs, end to end and against the raw simu
 with the rollout's inference compiled and replayed as CUDA graphs. `--gpu-only` measures the in-process
 row and the GPU rows alone (no Ray needed).
 
-Prints a markdown table; ratios are to the first row (in-process, no compile), measured in this run.
-Usage: python bench/scale.py [--envs 64] [--iterations 8] [--out runs/scale] [--gpu-only]
+Prints a markdown table and writes `docs/results/scale.{md,json,png}`; ratios are to the first row (in-process,
+no compile), measured in this run.
+Usage: python bench/scale.py [--envs 64] [--iterations 8] [--gpu-only]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from study import write_results
 
 from roborl.config import load_config
 from roborl.runner import Runner
@@ -99,7 +100,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", type=int, default=64)
     parser.add_argument("--iterations", type=int, default=8)
-    parser.add_argument("--out", default=str(ROOT / "runs" / "scale"))
     parser.add_argument("--gpu-only", action="store_true", help="the in-process row and the GPU rows alone")
     args = parser.parse_args()
     ray = None
@@ -128,12 +128,9 @@ def main() -> None:
     for label, rate in rows:
         collect = f"{rate['collect_sps']:.0f}" if "collect_sps" in rate else "-"
         lines.append(f"| {label} | {rate['sps']:.0f} | {collect} | {rate['sps'] / base:.2f}x |")
-    table = "\n".join(lines)
-    print(table)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "scale.md").write_text(table + "\n")
-    (out / "scale.json").write_text(json.dumps({label: rate for label, rate in rows}, indent=2))
+    write_results("scale", "Scaling out: PPO training steps/s in one process, in Ray env workers, on a GPU", lines,
+                  {"rows": {label: rate for label, rate in rows}}, seeds="not applicable (speed)",
+                  bars={label: rate["sps"] for label, rate in rows}, bar_label="PPO training env steps per second")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ and PPO-Lagrangian, each trained with the same budget, then evaluated on 1000 fr
 
 Prints per run: eval success, violation steps during all of training, episodes with a violation in the
 1000-episode eval, mean episode cost, the shield's intervention rate in training; then the shield's
-overhead in % of the env step at N=256. Writes `<run-dir>/shield.{json,md,png}`.
+overhead in % of the env step at N=256. Writes `docs/results/shield.{json,md,png}`.
 
 Usage: python bench/shield.py [--run-dir runs/shield] [--episodes 1000] [--reuse]
 About 3 minutes per run on 2 CPU cores.
@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import torch
-from study import env_seconds_per_step, run_once, write_study
+from study import env_seconds_per_step, run_once, write_results
 
 from roborl.builder import make_env
 from roborl.config import load_config
@@ -23,6 +23,7 @@ from roborl.evaluate import evaluate_checkpoint
 from roborl.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
+SEEDS = "1 training seed per run (`train.seed` of each config)"
 RUNS = {"unshielded": "ppo_reachavoid", "shielded": "ppo_shielded_reachavoid", "lagrangian": "ppo_lagrangian_reachavoid"}
 
 
@@ -80,8 +81,9 @@ def main() -> None:
         lines.append(f"| {r['run']} | {r['eval_success']:.3f} | {int(r['train_violation_steps']):,} | "
                      f"{r['eval_violating_episodes']} / {args.episodes} | {r['eval_mean_cost']:.3f}{limit} | {rate} |")
     lines += ["", f"Shield overhead at N = 256 (CBF keep-out + speed): {overhead:+.1f}% of the env step."]
-    write_study(run_dir, "shield", lines, {"rows": rows, "shield_overhead_pct": overhead}, curves,
-                "ReachAvoid: eval success with and without safety")
+    write_results("shield", "Safe RL on ReachAvoid: shields and PPO-Lagrangian", lines,
+                  {"rows": rows, "shield_overhead_pct": overhead}, seeds=SEEDS, curves=curves,
+                  plot_title="ReachAvoid: eval success with and without safety")
 
 
 if __name__ == "__main__":

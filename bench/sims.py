@@ -7,7 +7,8 @@ random actions, one run on this machine:
   CPUGymWrapper, as its ppo_cpu.py) vs our ManiSkillVecEnv (one worker process per core); and one env in one
   process (`gym.make` loop vs ours with workers=0), the per-step cost without any parallelism.
 
-Prints a markdown table. Usage: python bench/sims.py [--seconds 5] [--mujoco-envs 64] [--maniskill-envs 8]
+Prints a markdown table and writes `docs/results/sims.{md,json,png}`.
+Usage: python bench/sims.py [--seconds 5] [--mujoco-envs 64] [--maniskill-envs 8]
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from collections.abc import Callable
 
 import gymnasium as gym
 import torch
+from study import write_results
 from throughput import our_vecenv, raw_mujoco, timed
 
 from roborl import sim
@@ -96,11 +98,15 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     table = rows(args.seconds, args.mujoco_envs, args.maniskill_envs)
-    print("| backend | task | N | native loop | native steps/s | our VecEnv steps/s | ours / native |")
-    print("|---|---|---:|---|---:|---:|---:|")
+    lines = [f"Env steps per second with random actions, {args.seconds:g} s per measurement, {os.cpu_count()} cores.", "",
+             "| backend | task | N | native loop | native steps/s | our VecEnv steps/s | ours / native |",
+             "|---|---|---:|---|---:|---:|---:|"]
     for backend, task, n, loop, native, ours in table:
-        print(f"| {backend} | {task} | {n} | {loop} | {native:,.0f} | {ours:,.0f} | {ours / native:.2f} |")
-    print(f"env steps per second with random actions, {args.seconds:g} s per measurement, {os.cpu_count()} cores")
+        lines.append(f"| {backend} | {task} | {n} | {loop} | {native:,.0f} | {ours:,.0f} | {ours / native:.2f} |")
+    data = [dict(zip(("backend", "task", "envs", "native_loop", "native_sps", "ours_sps"), row)) for row in table]
+    write_results("sims", "Simulator backends: our VecEnv against each backend's own loop", lines, {"rows": data},
+                  seeds="not applicable (speed)", bars={f"{b} {t}, N={n}": o / nat for b, t, n, _, nat, o in table},
+                  bar_label="our VecEnv steps/s ÷ the backend's own loop")
 
 
 if __name__ == "__main__":

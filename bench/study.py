@@ -1,15 +1,25 @@
-"""Helpers shared by the benchmark studies: reuse finished runs, find when a learning curve first
-reaches a target, write a study's table, data and learning curves."""
+"""Helpers shared by the benchmarks: reuse finished runs, find when a learning curve first reaches a target,
+time envs alike, and write a benchmark's results page under docs/results/ (markdown + JSON + PNG, with the
+command, the date, the hardware and the seeds), which is never edited by hand."""
 from __future__ import annotations
 
 import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 
-from roborl.plots import plot_curves
+from roborl.plots import plot_bars, plot_curves
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
 
 
 def run_once(run_dir: Path, name: str, reuse: bool, start: Callable[[], dict]) -> dict:
@@ -28,16 +38,6 @@ def first_reaching(history: list[list[float]], target: float) -> tuple[float, fl
     return None
 
 
-def write_study(run_dir: Path, name: str, lines: list[str], data: dict, curves: dict, title: str) -> None:
-    """Prints the table and writes `name.md` (the table), `name.json` (data) and `name.png` (curves)."""
-    table = "\n".join(lines)
-    print(table)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / f"{name}.md").write_text(table + "\n")
-    (run_dir / f"{name}.json").write_text(json.dumps(data, indent=2))
-    plot_curves(run_dir / f"{name}.png", curves, title)
-
-
 def env_seconds_per_step(envs: dict, actions: torch.Tensor, repeats: int = 3) -> dict[str, float]:
     """Seconds per `step` of each env on the same action sequence (T×N×A), best of `repeats`, the envs
     interleaved so that a busy moment hits them alike."""
@@ -50,3 +50,75 @@ def env_seconds_per_step(envs: dict, actions: torch.Tensor, repeats: int = 3) ->
                 env.step(a)
             best[key] = min(best[key], (time.perf_counter() - start) / len(actions))
     return best
+
+
+def hardware() -> str:
+    """CPU model and cores, memory, GPU: what a reader needs to compare the numbers with their machine."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{cpu}, {os.cpu_count()} cores, {memory:.0f} GiB, {gpu}"
+
+
+def software() -> str:
+    import mujoco
+
+    commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty", "--abbrev=7"], capture_output=True,
+                            text=True)
+    rev = f", roborl {commit.stdout.strip()}" if commit.returncode == 0 else ""
+    return f"Python {platform.python_version()}, torch {torch.__version__}, MuJoCo {mujoco.__version__}{rev}"
+
+
+def write_results(name: str, title: str, lines: list[str], data: dict, seeds: str,
+                  curves: dict | None = None, bars: dict[str, float] | None = None, plot_title: str = "",
+                  bar_label: str = "", out: Path = RESULTS) -> Path:
+    """Prints the table and writes `out/name.md` (the page), `name.json` (the data and how it was measured) and
+    `name.png` (learning `curves`, or `bars`); then rewrites `out/index.md`, the list of the pages."""
+    command = shlex.join(["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+    meta = {"command": command, "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "hardware": hardware(), "software": software(), "seeds": seeds}
+    out.mkdir(parents=True, exist_ok=True)
+    png = ""
+    if curves:
+        plot_curves(out / f"{name}.png", curves, plot_title or title)
+        png = f"\n![{plot_title or title}]({name}.png)\n"
+    elif bars:
+        plot_bars(out / f"{name}.png", bars, plot_title or title, bar_label)
+        png = f"\n![{plot_title or title}]({name}.png)\n"
+    table = "\n".join(lines)
+    print(table)
+    header = [f"# {title}", "",
+              f"Written by `bench/{name}.py`; not edited by hand: run the command again to renew it.", "",
+              "| | |", "|---|---|", f"| command | `{command}` |", f"| date | {meta['date']} |",
+              f"| hardware | {meta['hardware']} |", f"| software | {meta['software']} |", f"| seeds | {seeds} |",
+              f"| data | [{name}.json]({name}.json) |", ""]
+    (out / f"{name}.md").write_text("\n".join(header) + "\n" + table + "\n" + png)
+    (out / f"{name}.json").write_text(json.dumps({"meta": meta, **data}, indent=2) + "\n")
+    write_index(out)
+    return out / f"{name}.md"
+
+
+def write_index(out: Path = RESULTS) -> None:
+    """`out/index.md`: one line per results page with its title, date and command."""
+    rows = []
+    for page in sorted(out.glob("*.md")):
+        data = out / f"{page.stem}.json"
+        if page.name == "index.md" or not data.is_file():
+            continue
+        meta = json.loads(data.read_text())["meta"]
+        title = page.read_text().splitlines()[0].removeprefix("# ")
+        rows.append(f"| [{title}]({page.name}) | {meta['date']} | `{meta['command']}` |")
+    benches = sorted(path.stem for path in Path(__file__).parent.glob("*.py") if "write_results(" in path.read_text()
+                     and path.stem != "study")
+    missing = [f"- `python bench/{name}.py`" for name in benches if not (out / f"{name}.md").is_file()]
+    (out / "index.md").write_text("\n".join([
+        "# Results", "",
+        "Every page here is written by a benchmark in `bench/` when it runs; none is edited by hand. Each page says",
+        "the command, the date, the hardware and the seeds behind its numbers.", "",
+        "| page | measured | command |", "|---|---|---|", *rows,
+        *(["", "Not measured here yet (each writes its page when it runs):", "", *missing] if missing else [])]) + "\n")

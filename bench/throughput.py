@@ -5,7 +5,8 @@
 3. our PPO end to end (collect + update),
 4. Stable-Baselines3 PPO on the same task through our Gymnasium adapter, same envs, network, batch sizes.
 
-Prints a table and, last, `vecenv/raw=X ppo/sb3=Y` (both at the largest N).
+Prints a table and, last, `vecenv/raw=X ppo/sb3=Y` (both at the largest N); writes
+`docs/results/throughput.{md,json,png}`.
 Usage: python bench/throughput.py [--sizes 16 64 256] [--seconds 10]
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import mujoco
 import numpy as np
 import torch
 from mujoco import rollout
+from study import write_results
 
 from roborl import (
     sim,
@@ -190,18 +192,30 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = []
-    print(f"{'N':>5} {'raw mujoco':>11} {'our vecenv':>11} {'vecenv/raw':>10} {'our ppo':>9} "
-          f"{'sb3 ppo':>9} {'ppo/sb3':>8} {'sb3 batched':>12} {'ppo/sb3b':>9}")
     for n in args.sizes:
         raw, ours = raw_mujoco(n, args.seconds), our_vecenv(n, args.seconds)
         ppo, sb3, sb3b = our_ppo(n, args.seconds), sb3_ppo(n, args.seconds, False), sb3_ppo(n, args.seconds, True)
-        rows.append((n, raw, ours, ppo, sb3))
-        print(f"{n:>5} {raw:>11.0f} {ours:>11.0f} {ours / raw:>10.2f} {ppo:>9.0f} {sb3:>9.0f} {ppo / sb3:>8.2f} "
-              f"{sb3b:>12.0f} {ppo / sb3b:>9.2f}", flush=True)
-    n, raw, ours, ppo, sb3 = rows[-1]
-    print("env steps per second. sb3 ppo: DummyVecEnv over N one-env Gymnasium adapters (how SB3 runs envs);")
-    print("sb3 batched: SB3 fed our batched VecEnv through a shim, so both share the same physics cost.")
-    print(f"vecenv/raw={ours / raw:.2f} ppo/sb3={ppo / sb3:.2f}")
+        rows.append({"envs": n, "raw_mujoco": raw, "our_vecenv": ours, "our_ppo": ppo, "sb3_ppo": sb3,
+                     "sb3_ppo_batched": sb3b})
+        print(rows[-1], flush=True)
+    lines = [f"Env steps per second on mujoco/Push, one torch thread, {args.seconds:g} s per measurement.", "",
+             "| N | raw MuJoCo | our VecEnv | VecEnv ÷ raw | our PPO | SB3 PPO | ours ÷ SB3 | SB3 PPO, batched env | "
+             "ours ÷ SB3 batched |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['envs']} | {r['raw_mujoco']:,.0f} | {r['our_vecenv']:,.0f} | "
+                     f"{r['our_vecenv'] / r['raw_mujoco']:.2f} | "
+                     f"{r['our_ppo']:,.0f} | {r['sb3_ppo']:,.0f} | {r['our_ppo'] / r['sb3_ppo']:.2f} | "
+                     f"{r['sb3_ppo_batched']:,.0f} | {r['our_ppo'] / r['sb3_ppo_batched']:.2f} |")
+    lines += ["", "Raw MuJoCo: `mujoco.rollout` replaying our env's controls. SB3 PPO: DummyVecEnv over N one-env "
+              "Gymnasium adapters (how SB3 runs envs); SB3 batched: SB3 fed our batched VecEnv through a shim, so both "
+              "share the same physics cost."]
+    last = rows[-1]
+    write_results("throughput", "Throughput: our VecEnv and PPO against raw MuJoCo and Stable-Baselines3", lines,
+                  {"rows": rows}, seeds="not applicable (speed)",
+                  bars={f"{k}, N={last['envs']}": last[k] for k in ("raw_mujoco", "our_vecenv", "our_ppo", "sb3_ppo",
+                                                                   "sb3_ppo_batched")},
+                  bar_label="env steps per second")
+    print(f"vecenv/raw={last['our_vecenv'] / last['raw_mujoco']:.2f} ppo/sb3={last['our_ppo'] / last['sb3_ppo']:.2f}")
 
 
 if __name__ == "__main__":

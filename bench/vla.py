@@ -13,7 +13,7 @@ on these tasks once perception and grounding are solved, the headroom the VLAs' 
 
 Prints, per family and algorithm, the success of the SFT start and of the RL result on each task and on
 their average (deterministic eval, `--episodes` fresh episodes per task), with the env steps, wall time,
-peak memory and rollout frames/s of each stage. Writes `<run-dir>/vla.{json,md}`.
+peak memory and rollout frames/s of each stage. Writes `docs/results/vla.{md,json}`.
 
 Usage: python bench/vla.py [--run-dir runs/vla] [--episodes 50]
                            [--families flow_vla token_vla flow_vla_fewshot token_vla_fewshot flow_state]
@@ -34,6 +34,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from study import write_results
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from roborl.config import load_config
@@ -148,10 +149,8 @@ def main() -> None:
             rl_scores = per_task(rl_ckpt, runs / f"eval_{name}", a.episodes, runs / f"eval_{name}.log")
             rows.append({"family": family, "algorithm": algorithm, "sft": sft_scores, "rl": rl_scores,
                          "sft_stage": sft, "rl_stage": rl})
-    (runs / "vla.json").write_text(json.dumps(rows, indent=2))
-    table = markdown(rows, a.episodes)
-    (runs / "vla.md").write_text(table + "\n")
-    print(table)
+    write_results("vla", "VLA fine-tuning on LangTabletop: SFT, then RL", markdown(rows, a.episodes).splitlines(),
+                  {"rows": rows}, seeds="1 training seed per stage (`train.seed` of each config)")
 
 
 def markdown(rows: list[dict], episodes: int) -> str:

@@ -7,6 +7,7 @@
 3. a whole decision (env step + `act`) of the flow VLA and the token VLA of the few-shot configs.
 
 The policies are built from the configs with fresh weights: the times do not depend on them.
+Writes `docs/results/vla_rollout.{md,json,png}`.
 Usage: python bench/vla_rollout.py [--envs 64] [--repeats 20]
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable
 
 import torch
+from study import write_results
 
 from roborl.builder import build
 from roborl.config import load_config
@@ -80,11 +82,14 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     rows = [row for family, path in CONFIGS.items() for row in measure(family, path, args.envs, args.repeats)]
-    print(f"| per decision, {args.envs} envs | now (ms) | without the shortcut (ms) | speed-up |")
-    print("|---|---|---|---|")
+    lines = [f"| per decision, {args.envs} envs | with the shortcut (ms) | without it (ms) | speed-up |", "|---|---|---|---|"]
     for name, now, before in rows:
         extra = f"{before:.1f} | {before / now:.2f}×" if before is not None else "– | –"
-        print(f"| {name} | {now:.1f} | {extra} |")
+        lines.append(f"| {name} | {now:.1f} | {extra} |")
+    data = {"rows": [{"step": name, "ms": now, "ms_without_shortcut": before} for name, now, before in rows]}
+    write_results("vla_rollout", "VLA rollouts: where a decision's time goes", lines, data,
+                  seeds="not applicable (speed; fresh weights)", bars={name: now for name, now, _ in rows},
+                  bar_label="milliseconds per decision")
 
 
 if __name__ == "__main__":

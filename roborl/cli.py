@@ -159,7 +159,8 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def make_parser() -> argparse.ArgumentParser:
+    """The `roborl` command line; docs/reference/cli.md is generated from it (roborl/reference.py)."""
     parser = argparse.ArgumentParser(prog="roborl", description="Robot RL: train, evaluate and export policies.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train with a YAML config; override any key with key=value")
@@ -172,17 +173,17 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_bc)
     p = sub.add_parser("demos", help="record scripted-expert demonstrations to robomimic-style HDF5")
     p.add_argument("task", help="a task with a scripted expert, e.g. Push or mujoco/PickPlace")
-    p.add_argument("--episodes", type=int, default=100)
+    p.add_argument("--episodes", type=int, default=100, help="episodes to record")
     p.add_argument("--out", required=True, help="directory; the file is DIR/demos.hdf5")
     p.add_argument("--envs", type=int, default=16, help="environments recorded in parallel")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the first episode's initial state")
     p.add_argument("--rgb", action="store_true", help="also record obs/rgb frames")
     p.add_argument("--size", type=int, default=64, help="rgb frame size")
     p.add_argument("--noise", type=float, default=0.0, help="std of Gaussian noise added to the expert's actions")
     p.add_argument("--dart", action="store_true",
                    help="with --noise: execute the noisy action, record the expert's (demos of recovering)")
     p.add_argument("--episode-length", type=int, help="control steps per episode (default: the task's)")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_demos)
     p = sub.add_parser("eval", help="evaluate checkpoints deterministically; over tasks and seeds with --out DIR")
     p.add_argument("checkpoints", nargs="*", metavar="CHECKPOINT",
@@ -202,8 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_eval)
     p = sub.add_parser("export", help="export a checkpoint to one TorchScript or ONNX file (+ metadata JSON)")
-    p.add_argument("checkpoint")
-    p.add_argument("--format", default="torchscript", choices=["torchscript", "onnx"])
+    p.add_argument("checkpoint", help="a checkpoint written by `roborl train` or `roborl bc` (.safetensors)")
+    p.add_argument("--format", default="torchscript", choices=["torchscript", "onnx"], help="artifact format")
     p.add_argument("--out", help="artifact path (default: beside the checkpoint, .pt or .onnx)")
     p.set_defaults(func=_export)
     p = sub.add_parser("serve", help="serve an exported policy over websocket + msgpack")
@@ -215,14 +216,18 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_serve)
     p = sub.add_parser("twin", help="run a served policy on a MuJoCo digital twin of its task, in real time")
     p.add_argument("server", nargs="?", default="ws://127.0.0.1:8000", help="the policy server's URI")
-    p.add_argument("--token")
-    p.add_argument("--episodes", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--token", help="the server's token, if it was started with one")
+    p.add_argument("--episodes", type=int, default=10, help="episodes to run")
+    p.add_argument("--seed", type=int, default=0, help="seed of the first episode's initial state")
     p.add_argument("--perturb", nargs="*", default=[], help="e.g. object_mass=1.5 friction=0.5 latency_ms=20 obs_noise=0.01")
     p.set_defaults(func=_twin)
     p = sub.add_parser("envs", help="list the available environment ids")
     p.set_defaults(func=_envs)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
     if args.command in ("train", "bc") and args.config and "=" in args.config:
         args.overrides.insert(0, args.config)
         args.config = None

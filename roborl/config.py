@@ -41,7 +41,8 @@ class ShieldConfig:
     action_rate: float | None = param(None, gt=0)  # max change of each action dimension per step
     joint_margin: float | None = param(None, ge=0)  # joint_delta_pos: keep joint targets this far (rad) inside the limits
     keep_out: list[list[float]] = field(default_factory=list)  # spheres [x, y, z, r] the TCP stays out of (CBF)
-    cbf_alpha: float = param(0.5, gt=0)
+    # CBF gain: the share of its distance to a keep-out sphere the TCP may close per step
+    cbf_alpha: float = param(0.5, gt=0, le=1)
     cbf_margin: float = param(0.02, ge=0)  # metres added to every keep-out radius
     automaton: str | None = None  # module:factory returning an AutomatonShield (e.g. roborl.shields.presets:pick_place_gripper)
     penalty: float = param(0.0, ge=0)  # subtracted from the reward of a step where the shield intervened
@@ -49,13 +50,13 @@ class ShieldConfig:
 
 @dataclass
 class EnvConfig:
-    id: str = "mujoco/Reach"
-    num_envs: int = param(64, ge=1)
-    controller: str = "ee_delta_pos"
-    control_freq: int = param(20, ge=1)
+    id: str = "mujoco/Reach"  # the environment (`roborl envs` lists them): mujoco/*, gym/*, maniskill/*, libero/*, isaaclab/*
+    num_envs: int = param(64, ge=1)  # environments stepped together as one batch
+    controller: str = "ee_delta_pos"  # mujoco/ tasks: ee_delta_pos | joint_delta_pos | joint_pos (the action space)
+    control_freq: int = param(20, ge=1)  # policy decisions per simulated second (Hz)
     episode_length: int | None = param(None, ge=1)  # None: the task's default
-    obs_mode: str = "state"
-    render_size: list[int] = param(factory=lambda: [128, 128], ge=8)
+    obs_mode: str = "state"  # state | rgb (adds obs["rgb"], uint8 N×H×W×3 camera frames)
+    render_size: list[int] = param(factory=lambda: [128, 128], ge=8)  # [height, width] of rgb observations and videos
     # physics of the mujoco/ tasks: mujoco (CPU threads) | warp (MuJoCo Warp, GPU)
     backend: str = param("mujoco", choices=("mujoco", "warp"))
     action_chunk: int = param(1, ge=1)  # K: one policy decision executes K actions of its chunk (sim/chunking.py)
@@ -79,16 +80,16 @@ class EnvConfig:
 class PolicyConfig:
     # gaussian | diffusion | flow | residual (a correction of `residual.base`) | token_vla | flow_vla (policies/vla)
     kind: str = "gaussian"
-    hidden: list[int] = param(factory=lambda: [256, 256], ge=1)
-    activation: str = param("tanh", choices=tuple(ACTIVATIONS))
-    init_log_std: float = -0.5
-    normalize_obs: bool = True
+    hidden: list[int] = param(factory=lambda: [256, 256], ge=1)  # widths of the actor's (or the network's) hidden layers
+    activation: str = param("tanh", choices=tuple(ACTIVATIONS))  # of the hidden layers
+    init_log_std: float = -0.5  # gaussian: the log standard deviation of the actions at the start (learned)
+    normalize_obs: bool = True  # standardize state observations by running mean and std (saved with the checkpoint)
     init: str | None = None  # start from this checkpoint's weights (a BC policy, for RL fine-tuning)
     # take only these submodules from `init` (e.g. [backbone]: a VLA's pretrained backbone, a new expert)
     init_modules: list[str] = field(default_factory=list)
     horizon: int = param(1, ge=1)  # H: actions predicted per decision (diffusion / flow); env.action_chunk of them run
     denoiser: str = param("mlp", choices=("mlp", "unet"))  # mlp | unet (diffusion / flow network)
-    critic_hidden: list[int] = param(factory=lambda: [256, 256], ge=1)
+    critic_hidden: list[int] = param(factory=lambda: [256, 256], ge=1)  # widths of the value network's hidden layers
     steps: int = param(10, ge=1)  # denoising steps (diffusion, DDIM) or Euler steps (flow) per action
     train_timesteps: int = param(100, ge=1)  # DDPM training timesteps (diffusion)
     eta: float = param(1.0, ge=0)  # DDIM η (diffusion); > 0 keeps sampling stochastic
@@ -107,25 +108,25 @@ class PolicyConfig:
 
 @dataclass
 class PPOConfig:
-    lr: float = param(3e-4, gt=0)
-    gamma: float = param(0.8, ge=0, le=1)
-    gae_lambda: float = param(0.9, ge=0, le=1)
-    clip: float = param(0.2, gt=0, lt=1)
+    lr: float = param(3e-4, gt=0)  # Adam learning rate
+    gamma: float = param(0.8, ge=0, le=1)  # discount per policy decision
+    gae_lambda: float = param(0.9, ge=0, le=1)  # GAE λ: 0 is one-step TD, 1 is Monte Carlo
+    clip: float = param(0.2, gt=0, lt=1)  # the probability ratio is clipped to [1 − clip, 1 + clip]
     # the ratio's upper clip range, 1 + clip_high (None: algo.clip); DAPO's clip-higher
     clip_high: float | None = param(None, gt=0)
     # G > 1: each iteration starts groups of G envs from one state; advantages centered per group
     group_size: int = param(1, ge=1)
-    epochs: int = param(4, ge=1)
-    minibatches: int = param(4, ge=1)
-    ent_coef: float = param(0.0, ge=0)
-    vf_coef: float = param(0.5, ge=0)
-    max_grad_norm: float = param(0.5, gt=0)
-    clip_value_loss: bool = True
-    norm_adv: bool = True
+    epochs: int = param(4, ge=1)  # passes over each rollout per update
+    minibatches: int = param(4, ge=1)  # minibatches each epoch splits the rollout into
+    ent_coef: float = param(0.0, ge=0)  # weight of the entropy bonus
+    vf_coef: float = param(0.5, ge=0)  # weight of the value loss
+    max_grad_norm: float = param(0.5, gt=0)  # gradients are clipped to this global norm
+    clip_value_loss: bool = True  # clip the value update around the rollout's values (range: algo.value_clip)
+    norm_adv: bool = True  # standardize advantages per minibatch
     norm_adv_by_task: bool = False  # standardize each task's advantages (obs["task_id"]) over the rollout
     target_kl: float | None = param(None, gt=0)  # stop the epochs early once the approximate KL exceeds this
     adaptive_lr: bool = False  # rsl_rl's schedule: lr ÷1.5 when KL > 2·desired_kl, ×1.5 when < ½·desired_kl
-    desired_kl: float = param(0.01, gt=0)
+    desired_kl: float = param(0.01, gt=0)  # the KL that algo.adaptive_lr steers toward
     anneal_lr: bool = False  # decay the policy's lr linearly to 0 over train.total_steps (CleanRL)
     critic_lr: float | None = param(None, gt=0)  # a learning rate of the critic's own (None: algo.lr for everything)
     # a VLA backbone's own learning rate (None: algo.lr), e.g. slow under a fast expert
@@ -135,17 +136,17 @@ class PPOConfig:
     bc_coef: float = param(0.0, ge=0)  # weight of the pull toward the pretrained policy (diffusion / flow)
     cost_limit: float | None = param(None, ge=0)  # PPO-Lagrangian: keep the mean episode cost (info["cost"]) under this
     lagrange_ki: float = param(0.01, ge=0)  # PID-Lagrangian gains on (episode cost − cost_limit); ki alone = gradient ascent on λ
-    lagrange_kp: float = param(0.0, ge=0)
-    lagrange_kd: float = param(0.0, ge=0)
+    lagrange_kp: float = param(0.0, ge=0)  # PID-Lagrangian: proportional gain
+    lagrange_kd: float = param(0.0, ge=0)  # PID-Lagrangian: derivative gain
 
 
 
 @dataclass
 class SACConfig:
     lr: float = param(3e-4, gt=0)  # actor and critics
-    gamma: float = param(0.9, ge=0, le=1)
+    gamma: float = param(0.9, ge=0, le=1)  # discount per policy decision
     tau: float = param(0.005, gt=0, le=1)  # Polyak rate of the target critics
-    batch_size: int = param(256, ge=1)
+    batch_size: int = param(256, ge=1)  # transitions per gradient update
     buffer_size: int = param(1_000_000, ge=1)  # transitions, kept on train.device
     utd_ratio: float = param(0.5, gt=0)  # gradient updates per environment transition (N envs step → round(N·utd) updates)
     seed_steps: int = param(10000, ge=0)  # env steps of base-policy rollouts (no residual) before the first update
@@ -153,7 +154,7 @@ class SACConfig:
     progressive_steps: int = param(0, ge=0)
     init_alpha: float = param(0.1, gt=0)  # entropy temperature, learned toward target_entropy
     target_entropy: float | None = None  # None: −action_dim
-    critic_hidden: list[int] = param(factory=lambda: [256, 256], ge=1)
+    critic_hidden: list[int] = param(factory=lambda: [256, 256], ge=1)  # widths of each Q network's hidden layers
     actor_delay: int = param(1, ge=1)  # critic updates per actor update
     crm: bool = False  # with env.rm: store each transition as seen from every machine state (CRM)
 
@@ -170,9 +171,9 @@ class GRPOConfig:
     reward: str = param("success", choices=GRPO_REWARDS)
     # (return_to_go: each step's return from there on, against the group's at that step; roborl/algos/grpo.py)
     std_normalize: bool = True  # A = (R − mean) / (std + eps) per group; false: Dr.GRPO's A = R − mean
-    eps: float = param(1.0e-6, ge=0)
+    eps: float = param(1.0e-6, ge=0)  # added to the group's std before dividing
     clip_low: float = param(0.2, gt=0, lt=1)  # ratio clipped to [1 − clip_low, 1 + clip_high] (DAPO's clip-higher)
-    clip_high: float = param(0.28, gt=0)
+    clip_high: float = param(0.28, gt=0)  # upper clip range (see grpo.clip_low)
     dynamic_sampling: bool = True  # drop groups whose rewards all agree (zero variance, no signal; DAPO)
     resample_rounds: int = param(0, ge=0)  # extra rollout rounds that refill the batch with groups that have signal (DAPO)
     # token_mean: every step weighs alike (DAPO) | seq_mean_token_mean: every episode
@@ -193,32 +194,32 @@ class ResidualConfig:
 class BCConfig:
     demos: str = ""  # a directory written by `roborl demos` or its demos.hdf5
     max_episodes: int | None = param(None, ge=1)  # use only the first N (successful) episodes
-    success_only: bool = True
+    success_only: bool = True  # train on successful demonstrations only
     steps: int = param(20000, ge=1)  # gradient steps
-    batch_size: int = param(256, ge=1)
-    lr: float = param(1.0e-3, gt=0)
-    weight_decay: float = param(1.0e-6, ge=0)
+    batch_size: int = param(256, ge=1)  # samples per gradient step
+    lr: float = param(1.0e-3, gt=0)  # AdamW learning rate
+    weight_decay: float = param(1.0e-6, ge=0)  # AdamW weight decay
     eval_every: int = param(2000, ge=1)  # gradient steps
 
 
 @dataclass
 class TrainConfig:
     algorithm: str = "ppo"  # ppo (on-policy, section `algo`) | sac (off-policy, section `sac`) | grpo (`grpo`, `algo`)
-    total_steps: int = param(1_000_000, ge=1)
-    rollout_steps: int = param(50, ge=1)
+    total_steps: int = param(1_000_000, ge=1)  # env steps (control steps of all envs) the run trains for
+    rollout_steps: int = param(50, ge=1)  # steps of every env per iteration (PPO, GRPO: the rollout length)
     eval_every: int = param(10, ge=1)  # iterations
-    eval_episodes: int = param(32, ge=1)
-    eval_envs: int = param(32, ge=1)
-    video: bool = True
-    video_envs: int = param(4, ge=1)
+    eval_episodes: int = param(32, ge=1)  # deterministic episodes per evaluation
+    eval_envs: int = param(32, ge=1)  # environments the evaluation runs in parallel
+    video: bool = True  # write videos/eval_<steps>.mp4 with each evaluation
+    video_envs: int = param(4, ge=1)  # eval envs shown side by side in the video
     save_every: int = param(10, ge=1)  # iterations
-    seed: int = param(0, ge=0)
-    device: str = "auto"
-    threads: int | None = param(None, ge=1)
-    run_dir: str = "runs"
-    name: str | None = None
-    resume: str | None = None
-    progress: bool = True
+    seed: int = param(0, ge=0)  # seeds torch, the envs' initial states and the evaluation
+    device: str = "auto"  # auto (cuda when available) | cpu | cuda | cuda:N: where the networks run
+    threads: int | None = param(None, ge=1)  # torch CPU threads (None: half the cores)
+    run_dir: str = "runs"  # runs are written to run_dir/name/
+    name: str | None = None  # the run's directory name (None: the env id and the start time)
+    resume: str | None = None  # a checkpoint to continue from (or `resume=PATH` on the command line)
+    progress: bool = True  # show a progress bar
     max_minutes: float | None = param(None, gt=0)  # stop (and save) once the run's wall time, across resumes, passes this
     eval_at_start: bool = True  # evaluate a pretrained policy (policy.init) before the first update
     # which evaluation keeps best.safetensors: success (rate) | return (mean) | auto: success where the env
@@ -241,15 +242,15 @@ class ResourcesConfig:
     backend: str = param("auto", choices=DIST_BACKENDS)
     # Ray env workers (roborl/ray_workers.py): 0 steps the envs in the learner's process
     env_workers: int = param(0, ge=0)  # Ray actors, each stepping env.num_envs / env_workers envs
-    # collocated: each env worker acts with its copy of the policy | learner: the
+    # collocated: each env worker acts with its copy of the policy | learner: the learner acts on every step's
+    # gathered observations (disaggregated; one round trip per step)
     inference: str = param("collocated", choices=INFERENCE_PLACEMENTS)
-    # learner acts on every step's gathered observations (disaggregated; one round trip per step)
     async_rollouts: bool = False  # workers collect the next rollouts while the learner updates (collocated only)
     max_staleness: int = param(1, ge=1)  # async: rollouts in flight per worker, so a rollout lags the learner by <= this
     is_clip: float = param(1.0, gt=0)  # async: truncation of the importance weight π_learner/π_behaviour (V-trace's ρ̄)
     device: str | None = None  # env workers' device (simulation, collocated inference); None: train.device
     worker_cpus: float = param(1.0, ge=0)  # Ray resources each env worker asks for (placement)
-    worker_gpus: float = param(0.0, ge=0)
+    worker_gpus: float = param(0.0, ge=0)  # GPUs (fractions allowed) each env worker asks Ray for
     # placement across a cluster: worker i prefers the node with custom resource worker_nodes[i % len] (soft:
     # a worker whose node is gone is replaced wherever Ray finds room), e.g. [head, node_b]
     worker_nodes: list[str] = field(default_factory=list)

@@ -13,7 +13,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 def plot_curves(path: str | Path, curves: dict[str, list[tuple[float, float]]], title: str,
                 xlabel: str = "env steps", ylabel: str = "eval success") -> None:
     """One line per name from (x, y) points; written to a temporary file and renamed."""
-    path = Path(path)
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
     for name, points in curves.items():
         if points:
@@ -27,6 +26,24 @@ def plot_curves(path: str | Path, curves: dict[str, list[tuple[float, float]]], 
     if len(curves) > 1:
         ax.legend()
     fig.tight_layout()
+    save(fig, path)
+
+
+def plot_bars(path: str | Path, values: dict[str, float], title: str, ylabel: str) -> None:
+    """One horizontal bar per name; written to a temporary file and renamed."""
+    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * len(values)), dpi=100)
+    names = list(values)[::-1]
+    ax.barh(names, [values[n] for n in names], color="tab:blue")
+    ax.set_xlabel(ylabel)
+    ax.set_title(title)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    save(fig, path)
+
+
+def save(fig: plt.Figure, path: str | Path) -> None:
+    """Writes the figure to a temporary file and renames it, so a reader never sees half a PNG."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
     fig.savefig(tmp)
     plt.close(fig)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set-up on a fresh machine: creates .venv in the repository root if missing, installs PyTorch
-# (CPU 2.13.0 unless a torch is already in .venv), then roborl with its test, bench, warp, maniskill, distributed (Ray) and vla (transformers, peft) extras.
+# (CPU 2.13.0 unless a torch is already in .venv), then roborl with its test, bench, docs (MkDocs), warp, maniskill,
+# distributed (Ray) and vla (transformers, peft) extras.
 # GPU users: put a CUDA build of torch in .venv first, e.g.
 #   python3 -m venv .venv && .venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cu128
 # and this script keeps it (every later install is constrained to the torch that is there).
@@ -49,7 +50,7 @@ fi
 torch_version=$(.venv/bin/python -c "import torch; print(torch.__version__.split('+')[0])")
 mkdir -p .venv/roborl
 echo "torch==${torch_version}" > .venv/roborl/constraints.txt
-"${PIP[@]}" install -c .venv/roborl/constraints.txt -e ".[test,bench,warp,maniskill,distributed,vla]"
+"${PIP[@]}" install -c .venv/roborl/constraints.txt -e ".[test,bench,docs,warp,maniskill,distributed,vla]"
 # LIBERO (the libero/ environments) in its own .venv-libero: it needs mujoco < 4
 bash scripts/setup_libero.sh
 echo "roborl installed in .venv (torch ${torch_version}); try: .venv/bin/roborl train configs/ppo_reach.yaml"

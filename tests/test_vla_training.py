@@ -177,10 +177,11 @@ def test_the_state_configs_pose_the_vla_tasks_on_privileged_state():
         proprio.close()
 
 
-def test_the_fewshot_configs_put_a_new_expert_on_the_flow_sft_backbone():
+def test_the_fewshot_configs_put_a_new_expert_on_the_flow_sft_backbone(monkeypatch):
     """`bench/vla.py --families flow_vla_fewshot`: SFT takes only the backbone of `sft_flow_vla` (frozen) and
     clones a new expert from 15 demos; PPO and GRPO start from it with the same backbone and expert."""
     import importlib.util
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))  # as when run as a script: bench/study.py importable
     spec = importlib.util.spec_from_file_location("bench_vla", ROOT / "bench/vla.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 @dataclass
 class FlowNoiseConfig:
     """flow-noise: a learned noise std in [min_std, max_std] on each Euler step."""
-    min_std: float = field(default=0.08, metadata={"gt": 0})
-    max_std: float = field(default=0.16, metadata={"gt": 0})
+    min_std: float = field(default=0.08, metadata={"gt": 0})  # the smallest noise std the noise network may output
+    max_std: float = field(default=0.16, metadata={"gt": 0})  # the largest
 
 
 @dataclass

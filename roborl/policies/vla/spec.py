@@ -20,24 +20,24 @@ class VLASpec:
     language_path: str | None = None  # a causal LM checkpoint: config.json + *.safetensors + tokenizer files
     # tiny backbone built from scratch
     image_size: int = 64  # the vision encoder's input; env images are resized to it
-    patch_size: int = 16
-    vision_hidden: int = 64
-    vision_layers: int = 2
-    vision_heads: int = 2
+    patch_size: int = 16  # pixels per side of a vision patch
+    vision_hidden: int = 64  # width of the vision encoder
+    vision_layers: int = 2  # its transformer layers
+    vision_heads: int = 2  # its attention heads
     language_model: str = "qwen2"  # qwen2 | llama | gemma
-    hidden: int = 64
-    layers: int = 2
-    heads: int = 2
+    hidden: int = 64  # width of the language model
+    layers: int = 2  # its transformer layers
+    heads: int = 2  # its attention heads
     tokenizer: str = "char"  # char | word (tiny backbones only; a language_path brings its own)
     # prompt
     prompt: str = "{instruction}"  # e.g. "In: What action should the robot take to {instruction}?\nOut:"
     max_text_tokens: int = 64  # instructions are padded / truncated to this many tokens
     # fine-tuning
     finetune: str = "full"  # frozen (heads / expert only) | lora (adapters on the LM attention) | full
-    lora_rank: int = 8
-    lora_alpha: int = 16
-    lora_dropout: float = 0.0
-    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    lora_rank: int = 8  # r of the LoRA adapters (finetune: lora)
+    lora_alpha: int = 16  # their scale α (the update is scaled by α / r)
+    lora_dropout: float = 0.0  # dropout on the adapters' input
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])  # adapted modules
     dtype: str = "float32"  # float32 | bfloat16 (backbone; heads and expert stay float32)
     # heads
     value_hidden: list[int] = field(default_factory=lambda: [64])
@@ -47,16 +47,16 @@ class VLASpec:
     action_tokens: int = 256  # action ids the tiny tokenizers reserve (≥ bins for the lm head; a decoder has its own)
     temperature: float = 1.0  # of the sampling distribution (and so of its log-probs)
     action_head: str = "lm"  # lm (the LM predicts the action tokens) | decoder (policies/vla/action_decoder.py)
-    decoder_width: int = 128
-    decoder_layers: int = 2
-    decoder_heads: int = 4
+    decoder_width: int = 128  # action_head decoder: its width
+    decoder_layers: int = 2  # its transformer layers
+    decoder_heads: int = 4  # its attention heads
     decoder_pooled: bool = False  # the decoder also reads the flow expert's pooled features at every token
     ratio: str = "action"  # PPO/GRPO ratio per executed action (its tokens' product) | per token (RLinf's token level)
     # flow VLA: the action expert (a policies/denoisers network conditioned on pooled backbone features)
     expert: str = "mlp"  # mlp | unet
-    expert_hidden: list[int] = field(default_factory=lambda: [128, 128])
+    expert_hidden: list[int] = field(default_factory=lambda: [128, 128])  # widths of the expert's hidden layers
     readout: str = "pooled"  # pooled (last token ⊕ mean) | attention (+ learned queries over every prefix token)
-    readout_queries: int = 4
+    readout_queries: int = 4  # learned queries of the attention readout
     bc_samples: int = 8  # (τ, ε) pairs per demonstration in the BC loss; one backbone pass serves them all
 
     def check(self) -> None:

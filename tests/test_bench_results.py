@@ -1,0 +1,39 @@
+"""What a benchmark writes: its results page (markdown with command, date, hardware, seeds), its JSON and its
+PNG under the results folder, and the index of the pages, which also names the benchmarks not run yet."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def study(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    monkeypatch.setattr(sys, "argv", ["bench/shield.py", "--episodes", "10"])
+    import study
+
+    return study
+
+
+@pytest.mark.parametrize("plot", ["curves", "bars"])
+def test_a_benchmark_writes_its_page_data_and_plot(study, tmp_path: Path, plot: str) -> None:
+    figure = {"curves": {"curves": {"a": [(0, 0.1), (100, 0.9)]}}, "bars": {"bars": {"ours": 2.0, "peer": 1.0}}}[plot]
+    page = study.write_results("shield", "Safe RL", ["| run | success |", "|---|---|", "| a | 0.9 |"], {"rows": [1]},
+                               seeds="3 training seeds", out=tmp_path, **figure)
+    text = page.read_text()
+    assert text.startswith("# Safe RL\n")
+    assert "| command | `python bench/shield.py --episodes 10` |" in text
+    assert "| seeds | 3 training seeds |" in text and "| a | 0.9 |" in text and "![" in text
+    data = json.loads((tmp_path / "shield.json").read_text())
+    assert data["rows"] == [1] and set(data["meta"]) == {"command", "date", "hardware", "software", "seeds"}
+    assert "cores" in data["meta"]["hardware"] and "torch" in data["meta"]["software"]
+    assert (tmp_path / "shield.png").read_bytes()[:4] == b"\x89PNG"
+    index = (tmp_path / "index.md").read_text()
+    assert "[Safe RL](shield.md)" in index
+    assert "`python bench/throughput.py`" in index.split("Not measured here yet")[1]
+    assert "`python bench/shield.py`" not in index.split("Not measured here yet")[1]
