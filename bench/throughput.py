@@ -212,9 +212,10 @@ def main() -> None:
     last = rows[-1]
     write_results("throughput", "Throughput: our VecEnv and PPO against raw MuJoCo and Stable-Baselines3", lines,
                   {"rows": rows}, seeds="not applicable (speed)",
-                  bars={f"{k}, N={last['envs']}": last[k] for k in ("raw_mujoco", "our_vecenv", "our_ppo", "sb3_ppo",
-                                                                   "sb3_ppo_batched")},
-                  bar_label="env steps per second")
+                  bars={label: last[key] for key, label in (("raw_mujoco", "raw MuJoCo"), ("our_vecenv", "our VecEnv"),
+                                                            ("our_ppo", "our PPO"), ("sb3_ppo", "SB3 PPO"),
+                                                            ("sb3_ppo_batched", "SB3 PPO, batched env"))},
+                  plot_title=f"mujoco/Push, N = {last['envs']}", bar_label="env steps per second")
     print(f"vecenv/raw={last['our_vecenv'] / last['raw_mujoco']:.2f} ppo/sb3={last['our_ppo'] / last['sb3_ppo']:.2f}")
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -35,7 +36,7 @@ def plot_bars(path: str | Path, values: dict[str, float], title: str, ylabel: st
     names = list(values)[::-1]
     ax.barh(names, [values[n] for n in names], color="tab:blue")
     ax.set_xlabel(ylabel)
-    ax.set_title(title)
+    ax.set_title(textwrap.fill(title, 70), fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     save(fig, path)

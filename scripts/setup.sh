@@ -51,6 +51,9 @@ torch_version=$(.venv/bin/python -c "import torch; print(torch.__version__.split
 mkdir -p .venv/roborl
 echo "torch==${torch_version}" > .venv/roborl/constraints.txt
 "${PIP[@]}" install -c .venv/roborl/constraints.txt -e ".[test,bench,docs,warp,maniskill,distributed,vla]"
+# openpi's own robot-side client, which the tests drive `roborl serve` with; without its dependencies: it pins
+# numpy < 2, which its websocket client does not need (and roborl's other dependencies do not allow)
+"${PIP[@]}" install --no-deps "openpi-client==0.1.2"
 # LIBERO (the libero/ environments) in its own .venv-libero: it needs mujoco < 4
 bash scripts/setup_libero.sh
 echo "roborl installed in .venv (torch ${torch_version}); try: .venv/bin/roborl train configs/ppo_reach.yaml"

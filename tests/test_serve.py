@@ -114,10 +114,11 @@ def test_the_server_answers_1000_malformed_messages_with_errors_and_keeps_servin
     replies = []
     for message in messages:
         conn.send(message)
-        replies.append(unpack(conn.recv(timeout=10)))
+        frame = conn.recv(timeout=10)  # text: an error of openpi's bare form (a map without 'type')
+        replies.append(frame if isinstance(frame, str) else unpack(frame))
     thread.join()
-    assert [r["type"] for r in replies] == ["error"] * 1000
-    assert all(isinstance(r["error"], str) and r["error"] and "\n" not in r["error"] for r in replies)
+    errors = [r if isinstance(r, str) else r["error"] for r in replies if isinstance(r, str) or r["type"] == "error"]
+    assert len(errors) == 1000 and all(e and "\n" not in e for e in errors)
     assert len(answers) == 50 and all(a["action"].shape == (4, 4) for a in answers)
     conn.send(pack({"type": "infer", "obs": {"state": np.zeros(dim, np.float32)}}))
     assert unpack(conn.recv(timeout=10))["type"] == "action"  # the misbehaving client is still served too
@@ -126,3 +127,29 @@ def test_the_server_answers_1000_malformed_messages_with_errors_and_keeps_servin
         other.infer({"state": np.zeros(dim + 1, np.float32)})
     conn.close()
     other.close()
+
+
+def test_openpis_own_client_gets_actions_and_errors_from_the_server(served):
+    """openpi-client's WebsocketClientPolicy (the real package): metadata first, the bare observation in
+    (unbatched or batched), the action dict out; a wrong observation raises its RuntimeError with our reason
+    and the connection goes on; its Api-Key header is the token."""
+    from openpi_client.websocket_client_policy import WebsocketClientPolicy
+    from websockets.exceptions import InvalidStatus
+
+    artifact, uri = served
+    dim = artifact.observation["state"]["shape"][0]
+    policy = WebsocketClientPolicy(uri, api_key="s3cret")
+    assert policy.get_server_metadata()["metadata"] == artifact.metadata
+    one = np.random.default_rng(1).normal(size=dim).astype(np.float32)
+    result = policy.infer({"state": one})
+    np.testing.assert_array_equal(result["actions"], artifact({"state": one[None]})["action"][0])
+    assert result["server_timing"]["infer_ms"] > 0
+    batch = np.random.default_rng(2).normal(size=(3, dim)).astype(np.float32)
+    np.testing.assert_array_equal(policy.infer({"state": batch})["actions"], artifact({"state": batch})["action"])
+    with pytest.raises(RuntimeError, match="must have shape"):
+        policy.infer({"state": np.zeros(dim + 1, np.float32)})
+    with pytest.raises(RuntimeError, match="keys must be"):
+        policy.infer({"observation/state": one, "prompt": "push the cube"})
+    assert policy.infer({"state": one})["actions"].shape == (4, 4)
+    with pytest.raises(InvalidStatus, match="401"):
+        WebsocketClientPolicy(uri, api_key="wrong")

@@ -7,8 +7,15 @@ Requests are maps with a `type`:
   per-env shape (one robot: the reply has no batch dim) or (B, *shape) for B ≤ `max_batch`.
 - `{"type": "metadata"}` → `{"type": "metadata", "metadata": ...}`; `{"type": "health"}` → status.
 An `id` in a request is echoed in its reply. Anything malformed gets `{"type": "error", "error": ...}`
-and the connection stays open. It binds 127.0.0.1 unless told otherwise; with a token, a client must send
-`Authorization: Bearer TOKEN` in its handshake or is refused with HTTP 401.
+and the connection stays open.
+
+openpi's own client (`openpi_client.websocket_client_policy.WebsocketClientPolicy`) speaks a bare form: a
+map without `type` is the observation itself, answered with `{"actions", "command", "server_timing":
+{"infer_ms"}}`, and a refused one with a text frame holding the reason (openpi's client raises it as a
+RuntimeError); the observation is checked as strictly as in the `infer` form.
+
+It binds 127.0.0.1 unless told otherwise; with a token, a client must send `Authorization: Bearer TOKEN`
+(or openpi's `Authorization: Api-Key TOKEN`) in its handshake or is refused with HTTP 401.
 """
 from __future__ import annotations
 
@@ -77,17 +84,36 @@ class PolicyServer:
         return {"type": "health", "status": "ok", "uptime_s": time.monotonic() - self.started,
                 "requests": self.requests, "errors": self.errors, "clients": self.clients}
 
-    async def answer(self, payload: bytes | str) -> dict:
+    async def answer(self, payload: bytes | str) -> dict | str:
+        """The reply to one message: a map, or the text of an error for openpi's bare form."""
         try:
             request = unpack(payload)
         except WireError as exc:
             return {"type": "error", "error": str(exc)}
         if not isinstance(request, dict):
             return {"type": "error", "error": f"a request is a map with a 'type', got {type(request).__name__}"}
+        if "type" not in request:
+            return await self.infer_bare(request)
         reply = await self.dispatch(request)
         if "id" in request and isinstance(request["id"], (int, str)):
             reply["id"] = request["id"]
         return reply
+
+    async def infer_bare(self, obs: dict) -> dict | str:
+        """openpi's form: the observation in, `{"actions", "command", "server_timing"}` out, errors as text."""
+        try:
+            checked, batched = check_obs(obs, self.artifact.observation, self.max_batch)
+        except RequestError as exc:
+            return str(exc)
+        out, infer_ms = await self.infer(checked)
+        pick = (lambda a: a) if batched else (lambda a: a[0])
+        return {"actions": pick(out["action"]), "command": pick(out["command"]), "server_timing": {"infer_ms": infer_ms}}
+
+    async def infer(self, obs: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], float]:
+        start = time.perf_counter()
+        async with self.lock:  # one inference at a time; clients queue
+            out = await asyncio.to_thread(self.artifact, obs)
+        return out, 1000 * (time.perf_counter() - start)
 
     async def dispatch(self, request: dict) -> dict:
         kind = request.get("type")
@@ -101,10 +127,8 @@ class PolicyServer:
             obs, batched = check_obs(request.get("obs"), self.artifact.observation, self.max_batch)
         except RequestError as exc:
             return {"type": "error", "error": str(exc)}
-        start = time.perf_counter()
-        async with self.lock:  # one inference at a time; clients queue
-            out = await asyncio.to_thread(self.artifact, obs)
-        reply = {"type": "action", "infer_ms": 1000 * (time.perf_counter() - start)}
+        out, infer_ms = await self.infer(obs)
+        reply = {"type": "action", "infer_ms": infer_ms}
         for key in ("action", "command"):
             reply[key] = out[key] if batched else out[key][0]
         return reply
@@ -116,9 +140,9 @@ class PolicyServer:
             async for payload in connection:
                 self.requests += 1
                 reply = await self.answer(payload)
-                if reply["type"] == "error":
+                if isinstance(reply, str) or reply.get("type") == "error":
                     self.errors += 1
-                await connection.send(pack(reply))
+                await connection.send(reply if isinstance(reply, str) else pack(reply))
         except Exception as exc:  # a client that vanished mid-reply: its connection ends, the server goes on
             from websockets.exceptions import ConnectionClosed
 
@@ -130,8 +154,8 @@ class PolicyServer:
     def process_request(self, connection, request):
         if self.token is None:
             return None
-        given = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+        given = request.headers.get("Authorization", "").encode()
+        if not any(hmac.compare_digest(given, f"{scheme} {self.token}".encode()) for scheme in ("Bearer", "Api-Key")):
             return connection.respond(HTTPStatus.UNAUTHORIZED, "missing or wrong token: send 'Authorization: Bearer TOKEN'\n")
         return None
 
