@@ -94,7 +94,7 @@ def write_results(name: str, title: str, lines: list[str], data: dict, seeds: st
     print(table)
     header = [f"# {title}", "",
               f"Written by `bench/{name}.py`; not edited by hand: run the command again to renew it.", "",
-              "| | |", "|---|---|", f"| command | `{command}` |", f"| date | {meta['date']} |",
+              "| how it was measured | |", "|---|---|", f"| command | `{command}` |", f"| date | {meta['date']} |",
               f"| hardware | {meta['hardware']} |", f"| software | {meta['software']} |", f"| seeds | {seeds} |",
               f"| data | [{name}.json]({name}.json) |", ""]
     (out / f"{name}.md").write_text("\n".join(header) + "\n" + table + "\n" + png)

@@ -23,7 +23,7 @@ from roborl.sim.history import StateHistoryEnv
 from roborl.tasks.arm import ArmEnv
 from roborl.tasks.expert import ImperfectExpert
 
-VLA_KINDS = ("token_vla", "flow_vla")  # policies/vla: need the `vla` extra (transformers, peft)
+VLA_KINDS = ("token_vla", "flow_vla", "pi0")  # policies/vla, policies/pi0.py: the `vla` extra (transformers, peft)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -213,8 +213,8 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
     spaces = env.observation_space.spaces
     obs_dim, action_dim = spaces["state"].shape[0], env.action_dim
     if "critic_state" in spaces and cfg.kind not in VLA_KINDS:
-        raise UserError(f"env.critic_state is read by the VLA value heads only (policy.kind token_vla or "
-                        f"flow_vla), not by {cfg.kind}; set env.critic_state false")
+        raise UserError(f"env.critic_state is read by the VLA value heads only (policy.kind token_vla, flow_vla "
+                        f"or pi0), not by {cfg.kind}; set env.critic_state false")
     if cfg.kind == "residual":
         if "base_action" not in spaces:
             raise UserError("policy.kind residual needs an env with a base (residual.base)")
@@ -230,6 +230,8 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
         image = tuple(spaces["rgb"].shape[:2]) if "rgb" in spaces else None
         return GaussianActorCritic(obs_dim, action_dim, list(cfg.hidden), cfg.activation,
                                    cfg.init_log_std, cfg.normalize_obs, image_shape=image, cost_critic=cost_critic)
+    if cfg.kind == "pi0":
+        return make_pi0_policy(cfg, env, execute)
     if cfg.kind in VLA_KINDS:
         return make_vla_policy(cfg, env, execute)
     if "rgb" in spaces:
@@ -272,6 +274,24 @@ def make_vla_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int) -> nn.Modu
                              rl_mode=cfg.rl_mode, noise_min=cfg.flow_noise.min_std, noise_max=cfg.flow_noise.max_std,
                              noise_level=cfg.flow_sde.noise_level, fpo_samples=cfg.fpo.samples,
                              critic_state_dim=critic_state_dim)
+    except (ValueError, OSError) as exc:  # bad settings, a checkpoint directory that is missing or incomplete
+        raise UserError(str(exc)) from exc
+
+
+def make_pi0_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int) -> nn.Module:
+    """pi0 (transformers' PI0ForConditionalGeneration) on the env's `rgb`, `state` and `instruction`."""
+    spaces = env.observation_space.spaces
+    if "rgb" not in spaces:
+        raise UserError("policy.kind pi0 needs rgb observations; set env.obs_mode to rgb")
+    try:
+        from roborl.policies.pi0 import Pi0Policy
+    except ImportError as exc:
+        raise UserError(f"policy.kind pi0 needs the vla extra: pip install -e '.[vla]' ({exc})") from exc
+    critic_state_dim = spaces["critic_state"].shape[0] if "critic_state" in spaces else 0
+    try:
+        return Pi0Policy(cfg.pi0, spaces["state"].shape[0], env.action_dim, cfg.horizon, execute, steps=cfg.steps,
+                         rl_mode=cfg.rl_mode, noise_min=cfg.flow_noise.min_std, noise_max=cfg.flow_noise.max_std,
+                         noise_level=cfg.flow_sde.noise_level, critic_state_dim=critic_state_dim)
     except (ValueError, OSError) as exc:  # bad settings, a checkpoint directory that is missing or incomplete
         raise UserError(str(exc)) from exc
 

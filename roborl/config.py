@@ -20,6 +20,7 @@ from roborl.config_rules import check_choices, check_value, param
 from roborl.errors import UserError
 from roborl.policies.configuration_diffusion import DPPOConfig
 from roborl.policies.configuration_flow import FlowNoiseConfig, FlowSDEConfig, FPOConfig
+from roborl.policies.configuration_pi0 import Pi0Spec
 from roborl.policies.gaussian import ACTIVATIONS
 from roborl.policies.vla.spec import VLASpec
 from roborl.sim.randomization import Randomization
@@ -79,6 +80,7 @@ class EnvConfig:
 @dataclass
 class PolicyConfig:
     # gaussian | diffusion | flow | residual (a correction of `residual.base`) | token_vla | flow_vla (policies/vla)
+    # | pi0 (transformers' PI0ForConditionalGeneration, policies/pi0.py)
     kind: str = "gaussian"
     hidden: list[int] = param(factory=lambda: [256, 256], ge=1)  # widths of the actor's (or the network's) hidden layers
     activation: str = param("tanh", choices=tuple(ACTIVATIONS))  # of the hidden layers
@@ -99,6 +101,7 @@ class PolicyConfig:
     flow_sde: FlowSDEConfig = field(default_factory=FlowSDEConfig)
     fpo: FPOConfig = field(default_factory=FPOConfig)
     vla: VLASpec = field(default_factory=VLASpec)  # token_vla / flow_vla: backbone, fine-tuning, heads
+    pi0: Pi0Spec = field(default_factory=Pi0Spec)  # pi0: the checkpoint (or tiny sizes), fine-tuning, heads
 
 
     def __post_init__(self) -> None:

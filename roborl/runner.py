@@ -170,7 +170,7 @@ class Runner:
         """The evaluation result that picks best.safetensors (train.best_metric)."""
         metric = self.cfg.train.best_metric
         if metric == "auto":
-            metric = "success" if self.eval_env.unwrapped.reports_success else "return"
+            metric = "success" if (self.eval_env or self.env).unwrapped.reports_success else "return"
         return "success_rate" if metric == "success" else "mean_return"
 
     def summary(self, wall: float) -> dict:
@@ -178,7 +178,7 @@ class Runner:
                 "success_once": self.last_eval.get("success_once", float("nan")),
                 "mean_return": self.last_eval.get("mean_return", float("nan")),
                 "best_success_rate": max((r for _, _, r in self.eval_history), default=float("nan")),
-                "best_score": self.best_score, "best_metric": self.best_key() if self.eval_env else None,
+                "best_score": self.best_score, "best_metric": self.best_key(),
                 "env_steps": self.env_steps, "step": self.step,
                 "iterations": self.iteration, "wall_time_s": round(wall, 2), "env": self.cfg.env.id,
                 "run_dir": str(self.run_dir), "eval_history": self.eval_history,

@@ -24,7 +24,13 @@ from roborl.train import train_bc  # noqa: E402
 TASK = "mujoco/LangTabletop-ReachPushLift"
 TINY = ["policy.vla.image_size=32", "policy.vla.vision_hidden=32", "policy.vla.hidden=32", "policy.vla.bins=16",
         "policy.vla.max_text_tokens=64", "policy.vla.value_hidden=[16]", "policy.vla.expert_hidden=[64,64]"]
-FAMILIES = {"token_vla": ["policy.horizon=2"], "flow_vla": ["policy.horizon=4", "policy.steps=2"]}
+TINY_PI0 = ["policy.pi0.image_size=32", "policy.pi0.vision_hidden=32", "policy.pi0.vlm_hidden=32",
+            "policy.pi0.expert_hidden=32", "policy.pi0.value_hidden=[16]", "policy.pi0.finetune=full"]
+FAMILIES = {"token_vla": ["policy.horizon=2", *TINY], "flow_vla": ["policy.horizon=4", "policy.steps=2", *TINY],
+            "pi0": ["policy.horizon=4", "policy.steps=2", *TINY_PI0]}
+# what RL changes: the VLAs' value head stops at a shared backbone, pi0's prefix freezes
+RL = {"token_vla": ["policy.vla.detach_value=true"], "flow_vla": ["policy.vla.detach_value=true", "policy.rl_mode=flow_noise"],
+      "pi0": ["policy.pi0.finetune=frozen", "policy.rl_mode=flow_noise"]}
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +46,7 @@ def config(kind: str, run_dir, *overrides: str):
     train = ["train.threads=1", "train.eval_episodes=4", "train.eval_envs=4", "train.video=false",
              "train.progress=false", f"train.run_dir={run_dir}"]
     other_kind = any(o.startswith("policy.kind=") for o in overrides)  # then the VLA's own keys do not apply
-    family = [] if other_kind else [f"policy.kind={kind}", *FAMILIES[kind], *TINY]
+    family = [] if other_kind else [f"policy.kind={kind}", *FAMILIES[kind]]
     return load_config(None, [*env, *train, *family, *overrides])
 
 
@@ -72,10 +78,8 @@ def test_sft_lowers_the_demo_loss_and_rl_starts_from_it(kind, demos, tmp_path):
     assert losses["sft"] < 0.7 * losses["start"], losses
 
     # PPO (value head) and GRPO (group resets, prompt tokens carried in extras) start from it
-    rl = ["policy.vla.detach_value=true", f"policy.init={best}", "train.rollout_steps=10", "train.total_steps=160",
+    rl = [*RL[kind], f"policy.init={best}", "train.rollout_steps=10", "train.total_steps=160",
           "algo.epochs=1", "algo.minibatches=2", "train.eval_every=1"]
-    if kind == "flow_vla":
-        rl.append("policy.rl_mode=flow_noise")
     for algorithm in ("ppo", "grpo"):
         groups = ["grpo.group_size=4"] if algorithm == "grpo" else []
         trainer = Runner(config(kind, tmp_path, *rl, f"train.algorithm={algorithm}", *groups,

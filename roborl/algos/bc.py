@@ -21,7 +21,7 @@ from roborl.demos import DemoWindows, load_demos
 from roborl.errors import UserError
 from roborl.sim import VecEnv
 
-KINDS = ("diffusion", "flow", "token_vla", "flow_vla")
+KINDS = ("diffusion", "flow", "token_vla", "flow_vla", "pi0")
 
 
 class BC(Algorithm):
@@ -33,7 +33,7 @@ class BC(Algorithm):
         b, kind = cfg.bc, cfg.policy.kind
         if kind not in KINDS:
             raise UserError(f"roborl bc trains {', '.join(KINDS)} policies; policy.kind is '{kind}'")
-        vla = kind in ("token_vla", "flow_vla")  # their images are checked where the policy is built
+        vla = kind in ("token_vla", "flow_vla", "pi0")  # their images are checked where the policy is built
         if not b.demos:
             raise UserError("bc.demos is empty: set it to a directory written by `roborl demos TASK --out DIR`")
         self.cfg, self.device = b, device
@@ -122,7 +122,7 @@ def demo_batches(data: DemoWindows, policy: torch.nn.Module, device: torch.devic
     if data.rgb is None:
         return lambda idx: {"state": states[idx]}
     texts = sorted(set(data.instructions))
-    prompt_ids = policy.backbone.encode_text(texts, device)
+    prompt_ids = policy.encode_text(texts, device)
     row = {text: i for i, text in enumerate(texts)}
     which = torch.tensor([row[text] for text in data.instructions], device=device)
     rgb = data.rgb

@@ -72,10 +72,10 @@ class FlowPolicy(GenerativePolicy):
         return torch.zeros(shape, device=device) if deterministic else torch.randn(shape, device=device)
 
     def sample_ode(self, cond: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        taus = self.taus(cond.device)
-        for k in range(self.steps):
-            x = x + (taus[k + 1] - taus[k]) * self.velocity(x, taus[k], cond)
-        return x
+        return flow_rl.sample_ode(self, cond, x)
+
+    def noise_std_head(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        return self.noise_head(x, t, cond)
 
     # ---- the Policy interface -------------------------------------------------------------------
     def act(self, obs: dict, deterministic: bool = False) -> Act:

@@ -1,16 +1,28 @@
 """The three ways a flow policy gives PPO a log-prob: `sample_<mode>(policy, cond, x0) -> (chunk,
 log_prob, extras)` at rollout time and `log_prob_<mode>(policy, cond, extras) -> (log_prob, entropy)`
 under the current parameters. Rollout log-probs are computed by the very function PPO calls later, so
-the ratio starts at exactly 1."""
+the ratio starts at exactly 1.
+
+A policy gives them `steps`, `taus(device)`, `velocity(x, τ, cond)` (τ = 0 noise, τ = 1 actions),
+`noise_std_head(x, 1000·τ, cond)`, `noise_min`, `noise_max`, `noise_level`, `executed_log_prob` and
+`executed_entropy`; `cond` is whatever its velocity reads (FlowPolicy: a tensor; pi0: the prefix's cache)."""
 from __future__ import annotations
 
 import torch
 
 
+def sample_ode(policy, cond, x: torch.Tensor) -> torch.Tensor:
+    """The deterministic chain: `policy.steps` Euler steps of dx/dτ = v from τ = 0 (noise) to 1 (actions)."""
+    taus = policy.taus(x.device)
+    for k in range(policy.steps):
+        x = x + (taus[k + 1] - taus[k]) * policy.velocity(x, taus[k], cond)
+    return x
+
+
 # ---- flow-noise: a learned noise std on every Euler step, joint log-prob of the chain ------------
 def noise_std(policy, x: torch.Tensor, tau: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
     """σ_θ'(x, τ, s) squashed by tanh into [noise_min, noise_max], one per action element."""
-    h = policy.noise_head(x, tau.expand(x.shape[0]) * 1000, cond)
+    h = policy.noise_std_head(x, tau.expand(x.shape[0]) * 1000, cond)
     return policy.noise_min + (policy.noise_max - policy.noise_min) * (torch.tanh(h) + 1) / 2
 
 
@@ -82,7 +94,7 @@ def log_prob_flow_sde(policy, cond: torch.Tensor, extras: dict) -> tuple[torch.T
 
 # ---- FPO: the negative flow-matching loss on stored (τ, ε) as the log-prob ------------------------
 def sample_fpo(policy, cond: torch.Tensor, x0: torch.Tensor):
-    x = policy.sample_ode(cond, x0)
+    x = sample_ode(policy, cond, x0)
     B, M = x.shape[0], policy.fpo_samples
     extras = {"sample": x, "tau": torch.rand(B, M, device=x.device),
               "eps": torch.randn(B, M, *x.shape[1:], device=x.device)}

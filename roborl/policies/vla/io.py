@@ -63,6 +63,9 @@ class BackbonePolicy:
     def update_normalizer(self, obs: dict) -> None:
         self.backbone.update_normalizer(obs)
 
+    def encode_text(self, instructions: list[str], device: torch.device) -> torch.Tensor:
+        return self.backbone.encode_text(instructions, device)
+
     def backbone_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.backbone.parameters() if p.requires_grad]
 
