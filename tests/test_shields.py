@@ -156,9 +156,8 @@ def test_keep_out_shield_keeps_the_real_arm_out():
 def test_shield_config_errors():
     for shield, message in (({"workspace": [0, 0, 0, 1, 1]}, "6 numbers"), ({"keep_out": [[0.5, 0, 0.2, -1]]}, "radius"),
                             ({"cbf_alpha": 2.0, "keep_out": [[0.5, 0, 0.2, 0.1]]}, "alpha")):
-        cfg = config_from_dict({"env": {"id": "mujoco/Reach", "shield": shield}})
-        with pytest.raises(UserError, match=message):
-            make_env(cfg.env, 2, 0, torch.device("cpu"))
+        with pytest.raises(UserError, match=message):  # from the config (cbf_alpha's range) or the env
+            make_env(config_from_dict({"env": {"id": "mujoco/Reach", "shield": shield}}).env, 2, 0, torch.device("cpu"))
     cfg = config_from_dict({"env": {"id": "mujoco/Reach", "controller": "joint_pos", "shield": {"max_speed": 0.5}}})
     with pytest.raises(UserError, match="ee_delta_pos"):
         make_env(cfg.env, 2, 0, torch.device("cpu"))

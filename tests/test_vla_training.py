@@ -253,7 +253,7 @@ def test_the_token_fewshot_configs_put_an_action_token_decoder_on_the_same_froze
 def test_asymmetric_critic_reads_the_privileged_critic_state_and_starts_fresh_on_a_bc_checkpoint(tmp_path):
     """`env.critic_state=true`: the value head reads the task's privileged state beside the backbone
     features (the policy does not); a BC checkpoint's value head, built for the features alone, is not
-    loaded into it, and the policy's other weights are. PPO trains with it for both families."""
+    loaded into it, and the policy's other weights are. PPO trains with it for every family."""
     symmetric = config("flow_vla", tmp_path, "policy.rl_mode=flow_noise")
     cfg = config("flow_vla", tmp_path, "policy.rl_mode=flow_noise", "env.critic_state=true")
     env = make_env(cfg.env, 2, 0, torch.device("cpu"))
@@ -282,7 +282,7 @@ def test_asymmetric_critic_reads_the_privileged_critic_state_and_starts_fresh_on
     for kind in FAMILIES:
         rl = ["env.critic_state=true", "train.rollout_steps=10", "train.total_steps=160", "algo.epochs=1",
               "algo.minibatches=2", "train.eval_every=1", f"train.name=asym_{kind}"]
-        mode = ["policy.rl_mode=flow_noise"] if kind == "flow_vla" else []
+        mode = [] if kind == "token_vla" else ["policy.rl_mode=flow_noise"]
         trainer = Runner(config(kind, tmp_path, *rl, *mode))
         critic = [p.clone() for p in trainer.policy.critic.parameters()]
         out = trainer.train()
