@@ -17,7 +17,9 @@ peak memory and rollout frames/s of each stage. Writes `docs/results/vla.{md,jso
 
 Usage: python bench/vla.py [--run-dir runs/vla] [--episodes 50]
                            [--families flow_vla token_vla flow_vla_fewshot token_vla_fewshot flow_state]
-                           [--algorithms ppo grpo residual_ppo] [--reuse] [key=value ...]
+                           [--algorithms ppo grpo residual_ppo] [--seeds 0 1 2] [--jobs 2] [--reuse] [key=value ...]
+`--seeds` trains each RL stage once per seed from the one SFT (`--jobs` of them side by side) and reports the mean
+and 95% CI over the seeds per task. `--families pi0_tabletop` runs pi0 (transformers' PI0ForConditionalGeneration).
 `--reuse` keeps every stage whose run already finished. Overrides go to every stage (e.g. train.threads=2).
 On 2 CPU cores, one VLA family per bench (two benches side by side): demos (900 episodes) ≈ 3 min, SFT ≈ 4
 min, each RL run 15–25 min (its config's train.max_minutes or total_steps), each per-task evaluation (150
@@ -32,6 +34,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from study import write_results
@@ -68,13 +71,15 @@ def frames_per_second(run: Path) -> float | None:
     return sum(values) / len(values)
 
 
-def per_task(checkpoint: Path, out: Path, episodes: int, log: Path) -> dict[str, float]:
+def per_task(checkpoints: list[Path], out: Path, episodes: int, log: Path) -> dict[str, dict]:
+    """Success per task and on their average: the mean over the checkpoints (training seeds) and, from two
+    seeds on, its 95% bootstrap CI (roborl/stats.py, through `roborl eval`)."""
     if not (out / "eval.json").exists():
-        run_stage(["eval", str(checkpoint), "--tasks", *TASKS.values(), "--episodes", str(episodes),
+        run_stage(["eval", *map(str, checkpoints), "--tasks", *TASKS.values(), "--episodes", str(episodes),
                    "--envs", str(min(episodes, 50)), "--no-video", "--out", str(out)], log)
     report = json.loads((out / "eval.json").read_text())
-    scores = {name: report["tasks"][task]["success"]["mean"] for name, task in TASKS.items()}
-    scores["average"] = sum(scores.values()) / len(scores)
+    scores = {name: report["tasks"][task]["success"] for name, task in TASKS.items()}
+    scores["average"] = report["aggregate"]["success"]
     return scores
 
 
@@ -117,6 +122,8 @@ def main() -> None:
     p.add_argument("--algorithms", nargs="*", default=["ppo", "grpo"],
                    help="ppo, grpo (fine-tune the VLA), residual_ppo (a residual on the frozen VLA); none: SFT only")
     p.add_argument("--reuse", action="store_true")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds of each RL stage (train.seed)")
+    p.add_argument("--jobs", type=int, default=1, help="RL seeds trained side by side (each on one thread)")
     p.add_argument("overrides", nargs="*")
     a = p.parse_args()
     for names in (a.families, a.algorithms):  # `--families token_vla key=value` also swallows the overrides
@@ -140,33 +147,45 @@ def main() -> None:
         sft = stage(sft_name, ["bc", f"configs/{sft_name}.yaml", f"bc.demos={demos}", *start, *common], runs,
                     a.reuse)
         sft_ckpt = runs / sft_name / "checkpoints" / "best.safetensors"
-        sft_scores = per_task(sft_ckpt, runs / f"eval_{sft_name}", a.episodes, runs / f"eval_{sft_name}.log")
+        sft_scores = per_task([sft_ckpt], runs / f"eval_{sft_name}", a.episodes, runs / f"eval_{sft_name}.log")
         for algorithm in a.algorithms:
-            name = f"{algorithm}_{family}"
+            config = f"{algorithm}_{family}"
             start = "residual.base" if algorithm.startswith("residual") else "policy.init"  # the SFT VLA frozen
-            rl = stage(name, ["train", f"configs/{name}.yaml", f"{start}={sft_ckpt}", *common], runs, a.reuse)
-            rl_ckpt = runs / name / "checkpoints" / "last.safetensors"  # best may be the start itself
-            rl_scores = per_task(rl_ckpt, runs / f"eval_{name}", a.episodes, runs / f"eval_{name}.log")
+            names = [config if len(a.seeds) == 1 else f"{config}_seed{seed}" for seed in a.seeds]
+            with ThreadPoolExecutor(a.jobs) as pool:
+                stages = list(pool.map(lambda name, seed: stage(name, [
+                    "train", f"configs/{config}.yaml", f"{start}={sft_ckpt}", f"train.seed={seed}",
+                    f"train.name={name}", *common], runs, a.reuse), names, a.seeds))
+            last = [runs / name / "checkpoints" / "last.safetensors" for name in names]  # best may be the start
+            rl_scores = per_task(last, runs / f"eval_{config}", a.episodes, runs / f"eval_{config}.log")
             rows.append({"family": family, "algorithm": algorithm, "sft": sft_scores, "rl": rl_scores,
-                         "sft_stage": sft, "rl_stage": rl})
+                         "sft_stage": sft, "rl_stages": stages})
+    seeds = f"1 SFT; {len(a.seeds)} RL training seed{'s' if len(a.seeds) > 1 else ''} ({', '.join(map(str, a.seeds))})"
     write_results("vla", "VLA fine-tuning on LangTabletop: SFT, then RL", markdown(rows, a.episodes).splitlines(),
-                  {"rows": rows}, seeds="1 training seed per stage (`train.seed` of each config)")
+                  {"rows": rows}, seeds=seeds)
 
 
 def markdown(rows: list[dict], episodes: int) -> str:
     names = [*TASKS, "average"]
     head = ("| family | RL | " + " | ".join(f"{n} SFT → RL" for n in names) +
             " | RL env steps | SFT / RL wall | SFT / RL peak memory | rollout frames/s |")
-    title = f"Success rates, deterministic, {episodes} episodes per task: SFT `best` → RL `last` (from SFT `best`)."
+    title = (f"Success rates, deterministic, {episodes} episodes per task: SFT `best` → RL `last` (from SFT `best`); "
+             "with several RL seeds, their mean [95% CI] and the gain of the mean in points.")
     lines = [title, "", head,
              "|" + "---|" * (len(names) + 6)]
+
+    def cell(sft: dict, rl: dict) -> str:
+        ci = f" [{rl['ci95'][0]:.2f}, {rl['ci95'][1]:.2f}]" if rl.get("ci95") else ""
+        return f"{sft['mean']:.2f} → {rl['mean']:.2f}{ci} ({100 * (rl['mean'] - sft['mean']):+.0f})"
+
     for r in rows:
-        cells = [f"{r['sft'][n]:.2f} → {r['rl'][n]:.2f} ({100 * (r['rl'][n] - r['sft'][n]):+.0f})" for n in names]
-        s, rl = r["sft_stage"], r["rl_stage"]
-        fps = f"{rl['frames_per_s']:.0f}" if rl.get("frames_per_s") else "n/a"
-        lines.append(f"| {r['family']} | {r['algorithm']} | " + " | ".join(cells) +
-                     f" | {rl['env_steps']:,} | {s['wall_s'] / 60:.1f} / {rl['wall_s'] / 60:.1f} min"
-                     f" | {s['peak_mib']:.0f} / {rl['peak_mib']:.0f} MiB | {fps} |")
+        s, stages = r["sft_stage"], r["rl_stages"]
+        mean = {k: sum(st[k] or 0 for st in stages) / len(stages) for k in ("env_steps", "wall_s", "peak_mib",
+                                                                            "frames_per_s")}
+        fps = f"{mean['frames_per_s']:.0f}" if mean["frames_per_s"] else "n/a"
+        lines.append(f"| {r['family']} | {r['algorithm']} | " + " | ".join(cell(r['sft'][n], r['rl'][n]) for n in names) +
+                     f" | {mean['env_steps']:,.0f} | {s['wall_s'] / 60:.1f} / {mean['wall_s'] / 60:.1f} min"
+                     f" | {s['peak_mib']:.0f} / {mean['peak_mib']:.0f} MiB | {fps} |")
     return "\n".join(lines)
 
 
