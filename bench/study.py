@@ -83,13 +83,11 @@ def write_results(name: str, title: str, lines: list[str], data: dict, seeds: st
     meta = {"command": command, "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "hardware": hardware(), "software": software(), "seeds": seeds}
     out.mkdir(parents=True, exist_ok=True)
-    png = ""
     if curves:
         plot_curves(out / f"{name}.png", curves, plot_title or title)
-        png = f"\n![{plot_title or title}]({name}.png)\n"
     elif bars:
         plot_bars(out / f"{name}.png", bars, plot_title or title, bar_label)
-        png = f"\n![{plot_title or title}]({name}.png)\n"
+    png = f"\n![{plot_title or title}]({name}.png)\n" if curves or bars else ""
     table = "\n".join(lines)
     print(table)
     header = [f"# {title}", "",

@@ -41,9 +41,7 @@ class GenerativePolicy(Policy):
         """Fix the normalizer to the statistics of the demonstrations; RL fine-tuning keeps it fixed,
         since moving it would shift the inputs the pretrained network was trained on."""
         if self.normalizer is not None:
-            self.normalizer.mean.copy_(states.mean(0))
-            self.normalizer.var.copy_(states.var(0, unbiased=False))
-            self.normalizer.count.fill_(len(states))
+            self.normalizer.fit(states)
         self.normalizer_fitted.fill_(True)
 
     def update_normalizer(self, obs: dict) -> None:

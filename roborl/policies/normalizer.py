@@ -26,5 +26,12 @@ class RunningNormalizer(nn.Module):
         self.var.copy_(m2 / total)
         self.count.copy_(total)
 
+    @torch.no_grad()
+    def fit(self, x: torch.Tensor) -> None:
+        """Set the statistics to those of `x` (N×dim), e.g. demonstrations the policy is then trained on."""
+        self.mean.copy_(x.mean(0))
+        self.var.copy_(x.var(0, unbiased=False))
+        self.count.fill_(len(x))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return ((x - self.mean) / torch.sqrt(self.var + self.eps)).clamp(-self.clip, self.clip)

@@ -288,9 +288,7 @@ class Pi0Policy(Policy):
 
     @torch.no_grad()
     def fit_normalizer(self, states: torch.Tensor) -> None:
-        self.normalizer.mean.copy_(states.mean(0))
-        self.normalizer.var.copy_(states.var(0, unbiased=False))
-        self.normalizer.count.fill_(len(states))
+        self.normalizer.fit(states)
         self.normalizer_fitted.fill_(True)
 
     def bc_loss(self, obs: dict, actions: torch.Tensor) -> torch.Tensor:
@@ -308,6 +306,11 @@ class Pi0Policy(Policy):
         return (predicted[..., :a] - (noise - target)[..., :a]).square().mean()
 
     # ---- saving ------------------------------------------------------------------------------------------
+    def heads(self) -> nn.ModuleDict:
+        """What roborl adds to pi0, saved beside the model: the value head, the normalizer, the noise head."""
+        return nn.ModuleDict({"critic": self.critic, "normalizer": self.normalizer,
+                              **({"noise_head": self.noise_head} if self.rl_mode == "flow_noise" else {})})
+
     def save_pretrained(self, directory: str | Path) -> None:
         """The model as transformers saves it (LoRA merged into the weights) and its tokenizer, so that
         `PI0ForConditionalGeneration.from_pretrained(directory)` loads it alone; roborl's heads and
@@ -317,10 +320,8 @@ class Pi0Policy(Policy):
         model = copy.deepcopy(self.model).merge_and_unload() if self.spec.finetune == "lora" else self.model
         model.save_pretrained(out)
         self.tokenizer.save_pretrained(out)
-        heads = nn.ModuleDict({"critic": self.critic, "normalizer": self.normalizer,
-                               **({"noise_head": self.noise_head} if self.rl_mode == "flow_noise" else {})})
         tmp = out / f"{HEADS_FILE}.tmp"
-        save_model(heads, str(tmp))
+        save_model(self.heads(), str(tmp))
         os.replace(tmp, out / HEADS_FILE)
         meta = {"spec": dataclasses.asdict(self.spec), "args": self.init_args,
                 "normalizer_fitted": bool(self.normalizer_fitted)}
@@ -335,8 +336,6 @@ class Pi0Policy(Policy):
         meta = json.loads((src / META_FILE).read_text())
         spec = Pi0Spec(**{**meta["spec"], "path": str(src), "tokenizer_path": None})
         policy = cls(spec, **{**meta["args"], **overrides})
-        heads = nn.ModuleDict({"critic": policy.critic, "normalizer": policy.normalizer,
-                               **({"noise_head": policy.noise_head} if policy.rl_mode == "flow_noise" else {})})
-        load_model(heads, str(src / HEADS_FILE), strict=True)
+        load_model(policy.heads(), str(src / HEADS_FILE), strict=True)
         policy.normalizer_fitted.fill_(meta["normalizer_fitted"])
         return policy

@@ -217,9 +217,7 @@ class VLABackbone(nn.Module):
     # ---- proprio normalization (fixed once fitted on demonstrations, like the generative policies) ----
     @torch.no_grad()
     def fit_normalizer(self, states: torch.Tensor) -> None:
-        self.normalizer.mean.copy_(states.mean(0))
-        self.normalizer.var.copy_(states.var(0, unbiased=False))
-        self.normalizer.count.fill_(len(states))
+        self.normalizer.fit(states)
         self.normalizer_fitted.fill_(True)
 
     def update_normalizer(self, obs: dict) -> None:
