@@ -19,7 +19,8 @@ Usage: python bench/vla.py [--run-dir runs/vla] [--episodes 50]
                            [--families flow_vla token_vla flow_vla_fewshot token_vla_fewshot flow_state]
                            [--algorithms ppo grpo residual_ppo] [--seeds 0 1 2] [--jobs 2] [--reuse] [key=value ...]
 `--seeds` trains each RL stage once per seed from the one SFT (`--jobs` of them side by side) and reports the mean
-and 95% CI over the seeds per task. `--families pi0_tabletop` runs pi0 (transformers' PI0ForConditionalGeneration).
+and 95% CI over the seeds per task. `--families pi0_tabletop` runs pi0 (transformers' PI0ForConditionalGeneration),
+`--families smolvla_tabletop` LeRobot's SmolVLA (its demos kept as a LeRobot v3 dataset).
 `--reuse` keeps every stage whose run already finished. Overrides go to every stage (e.g. train.threads=2).
 On 2 CPU cores, one VLA family per bench (two benches side by side): demos (900 episodes) ≈ 3 min, SFT ≈ 4
 min, each RL run 15–25 min (its config's train.max_minutes or total_steps), each per-task evaluation (150
@@ -83,12 +84,14 @@ def per_task(checkpoints: list[Path], out: Path, episodes: int, log: Path) -> di
     return scores
 
 
-def record_demos(runs: Path, images: bool) -> Path:
-    """The scripted demos (900 episodes) the SFT stages learn from, recorded once per run dir."""
-    demos = runs / ("demos" if images else "demos_state")
-    if not (demos / "demos.hdf5").exists():
+def record_demos(runs: Path, images: bool, lerobot: bool = False) -> Path:
+    """The scripted demos (900 episodes) the SFT stages learn from, recorded once per run dir; for LeRobot's
+    policies as a LeRobot v3 dataset."""
+    demos = runs / ("demos_lerobot" if lerobot else "demos" if images else "demos_state")
+    if not (demos / "demos.hdf5").exists() and not (demos / "meta" / "info.json").exists():
         print(f"recording {demos.name} ...", flush=True)
-        run_stage(["demos", *DEMO_ARGS, *(["--rgb"] if images else []), "--out", str(demos), "--quiet"],
+        fmt = ["--format", "lerobot"] if lerobot else []
+        run_stage(["demos", *DEMO_ARGS, *(["--rgb"] if images else []), *fmt, "--out", str(demos), "--quiet"],
                   runs / f"{demos.name}.log")
     return demos
 
@@ -139,7 +142,8 @@ def main() -> None:
             sft_cfg = load_config(ROOT / f"configs/{sft_name}.yaml")
         except UserError as exc:
             raise SystemExit(f"bench/vla.py: family '{family}': {exc}") from None
-        demos = record_demos(runs, "rgb" in sft_cfg.env.obs_mode)  # flow_state: state only
+        demos = record_demos(runs, "rgb" in sft_cfg.env.obs_mode,  # flow_state: state only
+                             lerobot=sft_cfg.policy.kind == "lerobot")
         start = []
         if pre := pretraining_stage(sft_cfg.policy.init):  # flow_vla_fewshot: the backbone of sft_flow_vla
             stage(pre, ["bc", f"configs/{pre}.yaml", f"bc.demos={demos}", *common], runs, a.reuse)

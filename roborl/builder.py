@@ -14,6 +14,7 @@ from roborl.config import Config, EnvConfig, PolicyConfig, ResidualConfig, confi
 from roborl.errors import UserError
 from roborl.imports import import_factory
 from roborl.policies import DiffusionPolicy, FlowPolicy, GaussianActorCritic, ResidualPolicy
+from roborl.policies.lerobot.configuration import LeRobotSpec
 from roborl.rm import RewardMachineEnv, load_machine
 from roborl.shields import ShieldChain, ShieldEnv
 from roborl.shields.specs import build_shields
@@ -24,6 +25,7 @@ from roborl.tasks.arm import ArmEnv
 from roborl.tasks.expert import ImperfectExpert
 
 VLA_KINDS = ("token_vla", "flow_vla", "pi0")  # policies/vla, policies/pi0.py: the `vla` extra (transformers, peft)
+CRITIC_STATE_KINDS = (*VLA_KINDS, "lerobot")  # the policies whose value heads read env.critic_state
 
 
 def resolve_device(name: str) -> torch.device:
@@ -145,7 +147,8 @@ def make_residual_env(cfg: Config, num_envs: int, seed: int, device: torch.devic
     frozen base, whose action for each step is `obs["base_action"]` (sim/base_action.py)."""
     r = cfg.residual
     if not r.base:
-        raise UserError("policy.kind residual needs residual.base: expert, a checkpoint path or module:factory")
+        raise UserError("policy.kind residual needs residual.base: expert, a checkpoint path, a LeRobot policy "
+                        "directory or module:factory")
     if cfg.env.action_chunk != 1:
         raise UserError("a residual policy corrects every control step: set env.action_chunk=1 "
                         "(a chunked base runs its own chunks open loop)")
@@ -156,6 +159,10 @@ def make_residual_env(cfg: Config, num_envs: int, seed: int, device: torch.devic
         env = make_env(cfg.env, num_envs, seed, device)
         base = import_factory(r.base, "residual.base")(env)
         return BaseActionEnv(env, base, getattr(base, "execute", 1))
+    if lerobot_policy_dir(r.base):
+        env = make_env(cfg.env, num_envs, seed, device)
+        base = load_lerobot_base(r.base, env, device)
+        return BaseActionEnv(env, lambda obs: base.act(obs, deterministic=True).action, base.execute)
     policy, base_cfg, base_spaces = load_base_policy(r.base, device)
     if cfg.env.obs_history not in (1, base_cfg.env.obs_history):
         raise UserError(f"env.obs_history is set by the base checkpoint ({base_cfg.env.obs_history}); leave it at 1")
@@ -185,6 +192,28 @@ def make_expert_base(env_id: str, env: sim.VecEnv, r: ResidualConfig, seed: int)
         raise UserError(f"residual.base expert: {exc}") from exc
 
 
+def lerobot_policy_dir(path: str) -> bool:
+    from pathlib import Path
+
+    return Path(path).expanduser().is_dir() and (Path(path).expanduser() / "config.json").is_file()
+
+
+def load_lerobot_base(path: str, env: sim.VecEnv, device: torch.device) -> nn.Module:
+    """A LeRobot policy directory (ACT, Diffusion Policy, SmolVLA) as a frozen base, acting deterministically."""
+    try:
+        from roborl.policies.lerobot.policy import LeRobotPolicy, is_policy_dir
+
+        if not is_policy_dir(path):
+            raise ValueError(f"residual.base '{path}' has a config.json that names no LeRobot policy type")
+        spaces = env.observation_space.spaces
+        image = tuple(spaces["rgb"].shape[:2]) if "rgb" in spaces else None
+        base = LeRobotPolicy.from_directory(path, spaces["state"].shape[0], env.action_dim, image)
+    except (ImportError, ValueError, OSError) as exc:
+        env.close()
+        raise UserError(f"residual.base: {exc}") from exc
+    return base.to(device).eval().requires_grad_(False)
+
+
 def load_base_policy(path: str, device: torch.device) -> tuple[nn.Module, Config, str]:
     """A trained roborl policy, frozen, the config it was trained with and its env's `describe_spaces`."""
     from roborl.checkpoint import Checkpoint
@@ -212,9 +241,9 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
                 state_std: bool = False, cost_critic: bool = False) -> nn.Module:
     spaces = env.observation_space.spaces
     obs_dim, action_dim = spaces["state"].shape[0], env.action_dim
-    if "critic_state" in spaces and cfg.kind not in VLA_KINDS:
-        raise UserError(f"env.critic_state is read by the VLA value heads only (policy.kind token_vla, flow_vla "
-                        f"or pi0), not by {cfg.kind}; set env.critic_state false")
+    if "critic_state" in spaces and cfg.kind not in CRITIC_STATE_KINDS:
+        raise UserError(f"env.critic_state is read by the VLA value heads only (policy.kind "
+                        f"{', '.join(CRITIC_STATE_KINDS)}), not by {cfg.kind}; set env.critic_state false")
     if cfg.kind == "residual":
         if "base_action" not in spaces:
             raise UserError("policy.kind residual needs an env with a base (residual.base)")
@@ -232,6 +261,8 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
                                    cfg.init_log_std, cfg.normalize_obs, image_shape=image, cost_critic=cost_critic)
     if cfg.kind == "pi0":
         return make_pi0_policy(cfg, env, execute)
+    if cfg.kind == "lerobot":
+        return make_lerobot_policy(cfg.lerobot, cfg, env, execute)
     if cfg.kind in VLA_KINDS:
         return make_vla_policy(cfg, env, execute)
     if "rgb" in spaces:
@@ -293,6 +324,26 @@ def make_pi0_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int) -> nn.Modu
                          rl_mode=cfg.rl_mode, noise_min=cfg.flow_noise.min_std, noise_max=cfg.flow_noise.max_std,
                          noise_level=cfg.flow_sde.noise_level, critic_state_dim=critic_state_dim)
     except (ValueError, OSError) as exc:  # bad settings, a checkpoint directory that is missing or incomplete
+        raise UserError(str(exc)) from exc
+
+
+def make_lerobot_policy(spec: LeRobotSpec, cfg: PolicyConfig, env: sim.VecEnv, execute: int) -> nn.Module:
+    """A LeRobot policy (policies/lerobot) on the env's `state`, and its `rgb` and `instruction` where it has them."""
+    try:
+        from roborl.policies.lerobot.policy import LeRobotPolicy
+    except ImportError as exc:
+        raise UserError(f"policy.kind lerobot needs the lerobot extra: bash scripts/setup.sh installs it ({exc})") from exc
+    spaces = env.observation_space.spaces
+    critic_state_dim = spaces["critic_state"].shape[0] if "critic_state" in spaces else 0
+    image = tuple(spaces["rgb"].shape[:2]) if "rgb" in spaces else None
+    try:
+        return LeRobotPolicy(spec, spaces["state"].shape[0], env.action_dim, cfg.horizon, execute, image_shape=image,
+                             steps=cfg.steps, rl_mode=cfg.rl_mode, noise_min=cfg.flow_noise.min_std,
+                             noise_max=cfg.flow_noise.max_std, noise_level=cfg.flow_sde.noise_level,
+                             critic_state_dim=critic_state_dim)
+    except ImportError as exc:  # lerobot or torchvision missing
+        raise UserError(str(exc)) from exc
+    except (ValueError, OSError) as exc:  # bad settings, a policy directory that is missing or incomplete
         raise UserError(str(exc)) from exc
 
 

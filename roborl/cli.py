@@ -36,9 +36,27 @@ def _demos(args: argparse.Namespace) -> int:
     from roborl.demos import record_demos
 
     env_id = args.task if "/" in args.task else f"mujoco/{args.task}"
-    result = record_demos(env_id, args.episodes, args.out, num_envs=args.envs, seed=args.seed, rgb=args.rgb,
-                          render_size=(args.size, args.size), action_noise=args.noise, progress=not args.quiet,
-                          episode_length=args.episode_length, dart=args.dart)
+    record_to = args.out
+    if args.format == "lerobot":  # recorded as HDF5 beside the target, then written as a LeRobot dataset
+        import os
+        import shutil
+        from pathlib import Path
+
+        from roborl.lerobot_dataset import write_dataset
+
+        target = Path(args.out)
+        if target.exists() and any(target.iterdir()):
+            raise UserError(f"'{target}' exists and is not empty: LeRobot datasets are written to a new directory")
+        record_to = target.with_name(f".{target.name}.hdf5-{os.getpid()}")
+    try:
+        result = record_demos(env_id, args.episodes, record_to, num_envs=args.envs, seed=args.seed, rgb=args.rgb,
+                              render_size=(args.size, args.size), action_noise=args.noise, progress=not args.quiet,
+                              episode_length=args.episode_length, dart=args.dart)
+        if args.format == "lerobot":
+            result = {**result, **write_dataset(record_to, args.out, progress=not args.quiet)}
+    finally:
+        if args.format == "lerobot":
+            shutil.rmtree(record_to, ignore_errors=True)
     print(json.dumps(result))
     return 0
 
@@ -107,6 +125,11 @@ def _eval_suite(args: argparse.Namespace, settings: dict) -> int:
 def _export(args: argparse.Namespace) -> int:
     from roborl.deploy.export import export_checkpoint
 
+    if args.format == "pretrained":
+        from roborl.deploy.pretrained import export_pretrained
+
+        print(json.dumps(export_pretrained(args.checkpoint, args.out)))
+        return 0
     meta = export_checkpoint(args.checkpoint, args.format, args.out)
     print(json.dumps({"artifact": meta["artifact"], "runtime": meta["runtime"],
                       "max_abs_diff": meta["check"]["max_abs_diff"], "shields": meta["shields"]["in_artifact"]}))
@@ -171,10 +194,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("config", help="configs/bc_*.yaml")
     p.add_argument("overrides", nargs="*", help="e.g. bc.steps=5000 bc.max_episodes=10")
     p.set_defaults(func=_bc)
-    p = sub.add_parser("demos", help="record scripted-expert demonstrations to robomimic-style HDF5")
+    p = sub.add_parser("demos", help="record scripted-expert demonstrations to robomimic-style HDF5 or a LeRobot dataset")
     p.add_argument("task", help="a task with a scripted expert, e.g. Push or mujoco/PickPlace")
     p.add_argument("--episodes", type=int, default=100, help="episodes to record")
-    p.add_argument("--out", required=True, help="directory; the file is DIR/demos.hdf5")
+    p.add_argument("--out", required=True, help="directory; hdf5: the file is DIR/demos.hdf5; lerobot: the dataset's root")
+    p.add_argument("--format", default="hdf5", choices=["hdf5", "lerobot"],
+                   help="hdf5 (robomimic-style) or lerobot (a LeRobot v3 dataset: parquet, AV1 videos, meta/)")
     p.add_argument("--envs", type=int, default=16, help="environments recorded in parallel")
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode's initial state")
     p.add_argument("--rgb", action="store_true", help="also record obs/rgb frames")
@@ -202,10 +227,12 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON line")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_eval)
-    p = sub.add_parser("export", help="export a checkpoint to one TorchScript or ONNX file (+ metadata JSON)")
+    p = sub.add_parser("export", help="export a checkpoint to one TorchScript or ONNX file (+ metadata JSON), or a "
+                                      "pi0 / LeRobot policy to its own pretrained directory")
     p.add_argument("checkpoint", help="a checkpoint written by `roborl train` or `roborl bc` (.safetensors)")
-    p.add_argument("--format", default="torchscript", choices=["torchscript", "onnx"], help="artifact format")
-    p.add_argument("--out", help="artifact path (default: beside the checkpoint, .pt or .onnx)")
+    p.add_argument("--format", default="torchscript", choices=["torchscript", "onnx", "pretrained"],
+                   help="artifact format; pretrained: a directory transformers (pi0) or LeRobot loads alone")
+    p.add_argument("--out", help="artifact path (default: beside the checkpoint, .pt, .onnx or a directory)")
     p.set_defaults(func=_export)
     p = sub.add_parser("serve", help="serve an exported policy over websocket + msgpack")
     p.add_argument("artifact", help="a file written by `roborl export`")

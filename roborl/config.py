@@ -22,6 +22,7 @@ from roborl.policies.configuration_diffusion import DPPOConfig
 from roborl.policies.configuration_flow import FlowNoiseConfig, FlowSDEConfig, FPOConfig
 from roborl.policies.configuration_pi0 import Pi0Spec
 from roborl.policies.gaussian import ACTIVATIONS
+from roborl.policies.lerobot.configuration import LeRobotSpec
 from roborl.policies.vla.spec import VLASpec
 from roborl.sim.randomization import Randomization
 
@@ -80,7 +81,8 @@ class EnvConfig:
 @dataclass
 class PolicyConfig:
     # gaussian | diffusion | flow | residual (a correction of `residual.base`) | token_vla | flow_vla (policies/vla)
-    # | pi0 (transformers' PI0ForConditionalGeneration, policies/pi0.py)
+    # | pi0 (transformers' PI0ForConditionalGeneration, policies/pi0.py) | lerobot (LeRobot's SmolVLA, ACT or
+    # Diffusion Policy, policies/lerobot)
     kind: str = "gaussian"
     hidden: list[int] = param(factory=lambda: [256, 256], ge=1)  # widths of the actor's (or the network's) hidden layers
     activation: str = param("tanh", choices=tuple(ACTIVATIONS))  # of the hidden layers
@@ -102,6 +104,7 @@ class PolicyConfig:
     fpo: FPOConfig = field(default_factory=FPOConfig)
     vla: VLASpec = field(default_factory=VLASpec)  # token_vla / flow_vla: backbone, fine-tuning, heads
     pi0: Pi0Spec = field(default_factory=Pi0Spec)  # pi0: the checkpoint (or tiny sizes), fine-tuning, heads
+    lerobot: LeRobotSpec = field(default_factory=LeRobotSpec)  # lerobot: the policy directory (or type and sizes), heads
 
 
     def __post_init__(self) -> None:
@@ -186,7 +189,9 @@ class GRPOConfig:
 
 @dataclass
 class ResidualConfig:
-    base: str | None = None  # expert | a checkpoint path (.safetensors) | module:factory (factory(env) -> callable)
+    # expert | a checkpoint path (.safetensors) | a LeRobot policy directory (ACT, Diffusion Policy, SmolVLA)
+    # | module:factory (factory(env) -> callable)
+    base: str | None = None
     base_noise: float = param(0.0, ge=0)  # expert only: std of Gaussian noise on its normalized actions
     base_bias: list[float] = field(default_factory=list)  # expert only: constant offset of its actions
     scale: float = param(0.1, gt=0)  # action = base + scale·tanh(residual)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
@@ -26,6 +25,7 @@ import torch
 from tqdm import tqdm
 
 from roborl import sim
+from roborl.demo_windows import DemoWindows, episode_windows
 from roborl.errors import UserError
 
 
@@ -129,22 +129,14 @@ def _write_episode(data: h5py.Group, index: int, buf: dict, keys: list[str], suc
         g.attrs["task_id"] = buf["task_id"]
 
 
-@dataclass
-class DemoWindows:
-    """Training windows from demonstrations: `obs` M×(n·D) (the last n states, oldest first, padded with
-    the episode's first state) and `actions` M×H×A (the next H actions, padded with the last action);
-    `instructions` (M strings, each window's episode instruction) and, with `images=True`, `rgb` (M×H×W×3,
-    the current frame) for language- and image-conditioned policies."""
-    obs: torch.Tensor
-    actions: torch.Tensor
-    episodes: int
-    env_args: dict
-    instructions: list[str] = field(default_factory=list)
-    rgb: torch.Tensor | None = None
-
-
 def load_demos(path: str | Path, obs_history: int = 1, horizon: int = 1, max_episodes: int | None = None,
                success_only: bool = True, images: bool = False) -> DemoWindows:
+    """Training windows from `path`: a directory written by `roborl demos` (demos.hdf5), or a LeRobot v3
+    dataset (meta/info.json; lerobot_dataset.py)."""
+    from roborl import lerobot_dataset
+
+    if lerobot_dataset.is_dataset(path):
+        return lerobot_dataset.load_windows(path, obs_history, horizon, max_episodes, success_only, images)
     path = demos_file(path)
     if not path.is_file():
         raise UserError(f"demonstrations '{path}' do not exist; record them with: roborl demos TASK --episodes N --out DIR")
@@ -166,14 +158,11 @@ def load_demos(path: str | Path, obs_history: int = 1, horizon: int = 1, max_epi
                 continue
             if max_episodes is not None and used >= max_episodes:
                 break
-            state = torch.from_numpy(g["obs/state"][()])
-            actions = torch.from_numpy(g["actions"][()])
-            T = len(actions)
-            t = torch.arange(T)
-            hist = (t[:, None] + torch.arange(-obs_history + 1, 1)[None]).clamp(min=0)
-            future = (t[:, None] + torch.arange(horizon)[None]).clamp(max=T - 1)
-            obs_windows.append(state[hist].flatten(1))
-            act_windows.append(actions[future])
+            obs_window, act_window = episode_windows(torch.from_numpy(g["obs/state"][()]),
+                                                     torch.from_numpy(g["actions"][()]), obs_history, horizon)
+            obs_windows.append(obs_window)
+            act_windows.append(act_window)
+            T = len(act_window)
             instructions += [str(g.attrs.get("instruction", ""))] * T
             if images:
                 if "obs/rgb" not in g:

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Set-up on a fresh machine: creates .venv in the repository root if missing, installs PyTorch
-# (CPU 2.13.0 unless a torch is already in .venv), then roborl with its test, bench, docs (MkDocs), warp, maniskill,
-# distributed (Ray) and vla (transformers, peft) extras.
+# Set-up on a fresh machine: creates .venv in the repository root if missing, installs PyTorch with torchvision
+# (unless a torch is already in .venv), then roborl with its test, bench, docs (MkDocs), warp, maniskill,
+# distributed (Ray), vla (transformers, peft) and lerobot extras, and LeRobot itself.
 # GPU users: put a CUDA build of torch in .venv first, e.g.
 #   python3 -m venv .venv && .venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cu128
 # and this script keeps it (every later install is constrained to the torch that is there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# system packages: EGL/Mesa for headless MuJoCo rendering (eval videos, rgb observations) and the MONA
-# solver that compiles LTLf formulas into reward machines
+# system packages: EGL/Mesa for headless MuJoCo rendering (eval videos, rgb observations), the MONA
+# solver that compiles LTLf formulas into reward machines, and FFmpeg's libraries, with which torchcodec
+# decodes the videos of LeRobot datasets
 missing=()
-for pkg in libegl1 libgl1 libegl-mesa0 libgl1-mesa-dri mona; do
+for pkg in libegl1 libgl1 libegl-mesa0 libgl1-mesa-dri mona ffmpeg; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -45,12 +46,27 @@ fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 "${PIP[@]}" install --upgrade pip
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
-  "${PIP[@]}" install "torch==2.13.0"
+  # a torch and the torchvision built for it (LeRobot's vision backbones): on x86_64 2.14.1 (a CUDA build that
+  # also runs on the CPU), on aarch64 the CPU build 2.9.1
+  case "$(uname -m)" in
+    aarch64|arm64) "${PIP[@]}" install "torch==2.9.1" "torchvision==0.24.1" ;;
+    *) "${PIP[@]}" install "torch==2.14.1" "torchvision==0.29.1" ;;
+  esac
 fi
 torch_version=$(.venv/bin/python -c "import torch; print(torch.__version__.split('+')[0])")
 mkdir -p .venv/roborl
 echo "torch==${torch_version}" > .venv/roborl/constraints.txt
-"${PIP[@]}" install -c .venv/roborl/constraints.txt -e ".[test,bench,docs,warp,maniskill,distributed,vla]"
+if vision_version=$(.venv/bin/python -c "import torchvision; print(torchvision.__version__.split('+')[0])" 2>/dev/null); then
+  echo "torchvision==${vision_version}" >> .venv/roborl/constraints.txt
+fi
+"${PIP[@]}" install -c .venv/roborl/constraints.txt -e ".[test,bench,docs,warp,maniskill,distributed,vla,lerobot]"
+# LeRobot (policy.kind lerobot, LeRobot datasets) without its own pins, which would replace this torch and
+# transformers 5: its newest release for Python 3.11 is 0.4.4 (roborl/policies/lerobot/compat.py)
+if .venv/bin/python -c "import sys; sys.exit(sys.version_info < (3, 12))"; then
+  "${PIP[@]}" install --no-deps "lerobot>=0.5"
+else
+  "${PIP[@]}" install --no-deps "lerobot==0.4.4"
+fi
 # openpi's own robot-side client, which the tests drive `roborl serve` with; without its dependencies: it pins
 # numpy < 2, which its websocket client does not need (and roborl's other dependencies do not allow)
 "${PIP[@]}" install --no-deps "openpi-client==0.1.2"

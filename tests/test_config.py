@@ -66,7 +66,7 @@ def test_every_algorithm_and_policy_kind_is_registered_once():
 
     assert list(ALGORITHM_READS) == list(ALGORITHMS)
     assert [algorithm_class(name).name for name in ALGORITHMS] == list(ALGORITHMS)
-    assert set(POLICY_READS) == {"gaussian", "residual", "diffusion", "flow", "token_vla", "flow_vla", "pi0"}
+    assert set(POLICY_READS) == {"gaussian", "residual", "diffusion", "flow", "token_vla", "flow_vla", "pi0", "lerobot"}
 
 
 @pytest.mark.parametrize("overrides,message", [

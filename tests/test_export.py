@@ -7,6 +7,8 @@ import sys
 import numpy as np
 import pytest
 import torch
+from deploy_helpers import write_checkpoint
+from helpers import roborl
 
 from roborl.builder import make_env, make_policy, make_shield
 from roborl.checkpoint import Checkpoint
@@ -14,8 +16,6 @@ from roborl.config import config_from_dict
 from roborl.deploy.artifact import Artifact
 from roborl.deploy.export import export_checkpoint
 from roborl.errors import UserError
-from tests.deploy_helpers import write_checkpoint
-from tests.helpers import roborl
 
 FORMATS = ["torchscript", "onnx"]
 

@@ -53,7 +53,8 @@ def tiny(data: dict) -> dict:
     policy = data.get("policy", {})
     for key in ("init", "init_modules"):  # checkpoints of earlier runs that a fresh machine does not have
         policy.pop(key, None)
-    if str(data.get("residual", {}).get("base", "")).endswith(".safetensors"):
+    base = str(data.get("residual", {}).get("base", ""))
+    if base not in ("", "expert") and ":" not in base:  # a checkpoint or LeRobot directory of an earlier run
         data["residual"]["base"] = "expert"
     return data
 

@@ -2,7 +2,6 @@
 `policy.kind: pi0` and acts exactly as `sample_actions`; the flow-noise and flow-SDE log-probs are the chain
 formulas computed here from pi0's own forward; PPO starts at ratio 1; LoRA leaves the base weights untouched;
 and a fine-tuned policy saves back into a directory that transformers alone loads with identical actions."""
-import math
 import os
 
 import pytest
@@ -13,13 +12,11 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from transformers import PI0ForConditionalGeneration  # noqa: E402
+from vla_checks import check_ppo_starts_at_ratio_one, flow_noise_expected, flow_sde_expected  # noqa: E402
 
-from roborl.algos.ppo import PPO  # noqa: E402
-from roborl.buffer import RolloutBuffer  # noqa: E402
 from roborl.builder import make_env, make_policy  # noqa: E402
-from roborl.config import PPOConfig, config_from_dict  # noqa: E402
+from roborl.config import config_from_dict  # noqa: E402
 from roborl.errors import UserError  # noqa: E402
-from roborl.policies import Act  # noqa: E402
 from roborl.policies.configuration_pi0 import Pi0Spec  # noqa: E402
 from roborl.policies.pi0 import Pi0Policy  # noqa: E402
 from roborl.policies.vla.tokenizer import word_tokenizer  # noqa: E402
@@ -68,10 +65,6 @@ def pi0_velocities(model, inputs: dict, xs: list[torch.Tensor], ts: list[float])
     return out
 
 
-def gaussian(x, mean, std):
-    return (-0.5 * ((x - mean) / std) ** 2 - std.log() - 0.5 * math.log(2 * math.pi))[:, :2, :A].sum((-1, -2))
-
-
 def test_a_checkpoint_saved_by_transformers_acts_exactly_as_its_sample_actions(tmp_path):
     source = pi0(rl_mode=None)
     source.pi0.save_pretrained(tmp_path / "pi0")
@@ -107,15 +100,9 @@ def test_flow_noise_log_prob_is_the_gaussian_chain_of_pi0_euler_steps():
         act = policy.act(obs)
         log_prob, entropy, _ = policy.evaluate(obs, act)
         chain = act.extras["chain"]
-        inputs = transformers_inputs(policy, obs)
         ts = [1 - k / STEPS for k in range(STEPS)]  # pi0's time at each step: 1 (noise) down to 0
-        v = pi0_velocities(policy.pi0, inputs, [chain[:, k] for k in range(STEPS)], ts)
-        expected = 0.0
-        for k in range(STEPS):
-            mean = chain[:, k] - v[k] / STEPS  # pi0's Euler step, dt = −1/steps
-            std = policy.noise_min + (policy.noise_max - policy.noise_min) * (torch.tanh(policy.noise_std_head(
-                chain[:, k], torch.full((4,), 1000 * k / STEPS), policy.prefix(obs))) + 1) / 2
-            expected = expected + gaussian(chain[:, k + 1], mean, std)
+        predicted = pi0_velocities(policy.pi0, transformers_inputs(policy, obs), [chain[:, k] for k in range(STEPS)], ts)
+        expected = flow_noise_expected(policy, chain, predicted, policy.prefix(obs), 2, A)
     assert torch.allclose(log_prob, expected, atol=1e-4)
     assert torch.allclose(act.log_prob, log_prob, atol=1e-5)
     assert entropy.shape == (4,) and torch.isfinite(entropy).all()
@@ -128,35 +115,15 @@ def test_flow_sde_log_prob_is_one_sde_step_of_pi0():
         act = policy.act(obs)
         log_prob, _, _ = policy.evaluate(obs, act)
         e = act.extras
-        k = e["index"]
-        t = 1 - k.float() / STEPS  # πRL's t = 1 − τ
-        v_pi0 = torch.stack([pi0_velocities(policy.pi0, transformers_inputs(policy, obs), [e["x_pre"]],
-                                            [float(t[i])])[0][i] for i in range(4)])
-        v, delta = -v_pi0, 1 / STEPS
-        tt = t[:, None, None]
-        sigma = 0.7 * (tt / torch.where(tt >= 1, torch.full_like(tt, delta), 1 - tt)).sqrt()
-        x0_hat, x1_hat = e["x_pre"] + tt * v, e["x_pre"] - (1 - tt) * v
-        mean = x0_hat * (1 - tt + delta) + x1_hat * (tt - delta - sigma ** 2 * delta / (2 * tt))
-        expected = gaussian(e["x_post"], mean, (sigma * delta ** 0.5).expand_as(mean))
+        t = 1 - e["index"].float() / STEPS  # πRL's t = 1 − τ
+        predicted = torch.stack([pi0_velocities(policy.pi0, transformers_inputs(policy, obs), [e["x_pre"]],
+                                                [float(t[i])])[0][i] for i in range(4)])
+        expected = flow_sde_expected(e, predicted, t, STEPS, 0.7, 2, A)
     assert torch.allclose(log_prob, expected, atol=1e-4)
 
 
 def test_ppo_on_a_rollout_buffer_starts_at_ratio_one():
-    policy = pi0("flow_noise")
-    T, N = 2, 4
-    buf = RolloutBuffer(T, N, torch.device("cpu"))
-    with torch.no_grad():
-        for t in range(T):
-            obs = obs_batch(N, seed=t)
-            buf.add(obs, policy.act(obs), torch.randn(N), torch.zeros(N, dtype=torch.bool))
-        buf.finish(torch.zeros(N), 0.9, 0.9)
-    data = buf.flat()
-    with torch.no_grad():
-        log_prob, _, value = policy.evaluate(data["obs"], Act(data["actions"], data["log_probs"], extras=data["extras"]))
-    assert torch.allclose(log_prob, data["log_probs"], atol=1e-4)
-    assert torch.allclose(value, data["values"], atol=1e-5)
-    stats = PPO(policy, PPOConfig(epochs=1, minibatches=2)).update(buf)
-    assert math.isfinite(stats["policy_loss"]) and math.isfinite(stats["value_loss"])
+    check_ppo_starts_at_ratio_one(pi0("flow_noise"), obs_batch)
 
 
 def test_lora_moves_adapters_and_expert_and_leaves_the_prefix_weights_bit_identical():

@@ -159,28 +159,24 @@ def test_bad_ray_settings_are_one_line_errors(overrides, message):
 
 @pytest.mark.learning
 def test_sac_and_grpo_train_with_env_workers(tmp_path, local_cluster):
-    """SAC with 2 Ray env workers fixes the biased Reach base as one process does on the same budget, with the
-    learner acting (the workers simulate) and collocated (each worker acts with its copy of the policy and sends
-    its transitions); GRPO's group resets reach the workers (each group lies in one worker's shard), and GRPO
-    with collocated workers is refused in one line."""
+    """SAC with 2 Ray env workers fixes the biased Reach base, as one process does on the same budget
+    (test_residual.py::test_residual_sac_fixes_a_biased_base: from <= 0.2 to >= 0.8), with the learner acting
+    (the workers simulate) and collocated (each worker acts with its copy of the policy and sends its
+    transitions); GRPO's group resets reach the workers (each group lies in one worker's shard), and GRPO with
+    collocated workers is refused in one line."""
     import yaml
     from test_residual import BIASED_REACH, SAC_REACH
 
 
     path = tmp_path / "sac.yaml"
     path.write_text(yaml.safe_dump(BIASED_REACH))
-    summaries = {}
-    for name, extra in {"single": [], "learner": ["resources.env_workers=2", "resources.inference=learner"],
+    for name, extra in {"learner": ["resources.env_workers=2", "resources.inference=learner"],
                         "collocated": ["resources.env_workers=2"]}.items():
         cfg = load_config(str(path), [f"train.run_dir={tmp_path}", f"train.name=sac_{name}", *SAC_REACH, *extra])
-        summaries[name] = Runner(cfg).train()
-    single = summaries["single"]
-    assert single["success_rate"] >= 0.8, single
-    for name in ("learner", "collocated"):  # the workers simulate (and, collocated, act and keep the transitions)
-        workers = summaries[name]
-        assert workers["env_steps"] == single["env_steps"] == 8000 and workers["worker_restarts"] == 0, name
-        assert workers["success_rate"] >= 0.8 and abs(workers["success_rate"] - single["success_rate"]) <= 0.2, \
-            (name, workers["eval_history"], single["eval_history"])
+        workers = Runner(cfg).train()  # the workers simulate (and, collocated, act and keep the transitions)
+        assert workers["env_steps"] == 8000 and workers["worker_restarts"] == 0, name
+        base, final = workers["eval_history"][0][2], workers["success_rate"]
+        assert base <= 0.2 and final >= 0.8, (name, workers["eval_history"])
 
     grpo = ["env.id=mujoco/LangTabletop-Reach", "env.obs_mode=state", "env.num_envs=32", "env.episode_length=20",
             "train.rollout_steps=20", "train.algorithm=grpo", "grpo.group_size=8", "grpo.reward=return",

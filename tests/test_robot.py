@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from deploy_helpers import write_checkpoint
 
 from roborl.deploy.client import PolicyClient
 from roborl.deploy.export import export_checkpoint
@@ -14,7 +15,6 @@ from roborl.deploy.server import start_server
 from roborl.robot import ControlLoop, TemporalEnsembler
 from roborl.robot.control_loop import client_policy
 from roborl.robot.twin import TwinRobot, TwinSettings, start_twin
-from tests.deploy_helpers import write_checkpoint
 
 SPHERE, RADIUS = np.array([0.5, 0.0, 0.2]), 0.07
 TCP = slice(15, 18)
@@ -191,7 +191,7 @@ def test_the_twin_stops_itself_when_commands_stop(twin):
 def test_roborl_twin_runs_served_episodes_and_rejects_bad_perturbations(artifact):
     import json
 
-    from tests.helpers import roborl
+    from helpers import roborl
 
     server, uri = start_server(artifact)
     try:

@@ -5,13 +5,13 @@ import threading
 import msgpack
 import numpy as np
 import pytest
+from deploy_helpers import write_checkpoint
 
 from roborl.deploy.artifact import Artifact
 from roborl.deploy.client import PolicyClient, PolicyRejected, PolicyUnavailable
 from roborl.deploy.export import export_checkpoint
 from roborl.deploy.server import start_server
 from roborl.wire import pack, unpack
-from tests.deploy_helpers import write_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,12 @@ from torch import nn
 from roborl.algos.base import Algorithm, Comm, Schedule
 from roborl.collect import EpisodeLog
 from roborl.config import Config
-from roborl.demos import DemoWindows, load_demos
+from roborl.demo_windows import DemoWindows
+from roborl.demos import load_demos
 from roborl.errors import UserError
 from roborl.sim import VecEnv
 
-KINDS = ("diffusion", "flow", "token_vla", "flow_vla", "pi0")
+KINDS = ("diffusion", "flow", "token_vla", "flow_vla", "pi0", "lerobot")
 
 
 class BC(Algorithm):
@@ -33,7 +34,8 @@ class BC(Algorithm):
         b, kind = cfg.bc, cfg.policy.kind
         if kind not in KINDS:
             raise UserError(f"roborl bc trains {', '.join(KINDS)} policies; policy.kind is '{kind}'")
-        vla = kind in ("token_vla", "flow_vla", "pi0")  # their images are checked where the policy is built
+        # the image-reading policies (their images are checked where the policy is built)
+        vla = kind in ("token_vla", "flow_vla", "pi0") or (kind == "lerobot" and "rgb" in env.observation_space.spaces)
         if not b.demos:
             raise UserError("bc.demos is empty: set it to a directory written by `roborl demos TASK --out DIR`")
         self.cfg, self.device = b, device

@@ -8,6 +8,8 @@ A policy gives them `steps`, `taus(device)`, `velocity(x, τ, cond)` (τ = 0 noi
 `executed_entropy`; `cond` is whatever its velocity reads (FlowPolicy: a tensor; pi0: the prefix's cache)."""
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 
@@ -17,6 +19,48 @@ def sample_ode(policy, cond, x: torch.Tensor) -> torch.Tensor:
     for k in range(policy.steps):
         x = x + (taus[k + 1] - taus[k]) * policy.velocity(x, taus[k], cond)
     return x
+
+
+def sample_chunk(policy, cond, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """A chunk (N×horizon×action_dim) of a policy on `cond`: with `deterministic` (or without an rl_mode) the
+    deterministic chain from zero (or random) noise with log-prob 0; else its rl_mode's chain, log-prob, extras."""
+    n = cond.shape[0]
+    shape = (n, policy.horizon, policy.action_dim)
+    x0 = torch.zeros(shape, device=cond.device) if deterministic else torch.randn(shape, device=cond.device)
+    if deterministic or policy.rl_mode is None:
+        return sample_ode(policy, cond, x0), torch.zeros(n, device=cond.device), {}
+    sample, _ = RL_MODES[policy.rl_mode]
+    return sample(policy, cond, x0)
+
+
+@dataclasses.dataclass
+class PooledCondition:
+    """The base of a VLA's flow condition: `pooled` features of its prefix (the value and noise heads' input)."""
+    pooled: torch.Tensor
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.pooled.shape
+
+    @property
+    def device(self) -> torch.device:
+        return self.pooled.device
+
+
+class ExecutedChunk:
+    """`executed_log_prob` and `executed_entropy` for a policy whose chain lives in a padded chunk (pi0's and
+    SmolVLA's `max_action_dim`): only the `execute` actions the env runs, and only their `env_action_dim` real
+    dimensions, enter the log-probabilities."""
+    execute: int
+    env_action_dim: int
+
+    def executed_log_prob(self, x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        """The Gaussian log-density of the executed actions' real dimensions (B×H×D -> B)."""
+        k, a = self.execute, self.env_action_dim
+        return torch.distributions.Normal(mean[:, :k, :a], std[:, :k, :a]).log_prob(x[:, :k, :a]).sum((-1, -2))
+
+    def executed_entropy(self, std: torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
+        return torch.distributions.Normal(0.0, std[:, :self.execute, :self.env_action_dim]).entropy().sum((-1, -2))
 
 
 # ---- flow-noise: a learned noise std on every Euler step, joint log-prob of the chain ------------

@@ -41,23 +41,14 @@ HEADS_FILE, META_FILE = "roborl_heads.safetensors", "roborl_pi0.json"
 
 
 @dataclasses.dataclass
-class Pi0Prefix:
+class Pi0Prefix(flow_rl.PooledCondition):
     """The condition of the flow: the prefix's key/value cache, the padded state and the masks the action
     expert reads beside it, and the prefix's pooled features (the value and noise heads' input)."""
-    cache: object
-    length: int
-    state: torch.Tensor
-    attention_mask: torch.Tensor
-    pixel_attention_mask: torch.Tensor
-    pooled: torch.Tensor
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.pooled.shape
-
-    @property
-    def device(self) -> torch.device:
-        return self.pooled.device
+    cache: object = None
+    length: int = 0
+    state: torch.Tensor | None = None
+    attention_mask: torch.Tensor | None = None
+    pixel_attention_mask: torch.Tensor | None = None
 
 
 def tiny_pi0(spec: Pi0Spec, vocab_size: int, state_dim: int, action_dim: int, horizon: int, steps: int):
@@ -103,7 +94,7 @@ def load_pi0(spec: Pi0Spec, state_dim: int, action_dim: int, horizon: int, steps
     return model, tokenizer
 
 
-class Pi0Policy(Policy):
+class Pi0Policy(flow_rl.ExecutedChunk, Policy):
     kind = "pi0"
 
     def __init__(self, spec: Pi0Spec, state_dim: int, action_dim: int, horizon: int, execute: int = 1, *,
@@ -227,7 +218,7 @@ class Pi0Policy(Policy):
         pooled = (hidden * weights).sum(1) / weights.sum(1)
         state = self.normalizer(obs["state"].float())
         state = F.pad(state, (0, self.pi0.config.max_state_dim - self.state_dim)).to(self.dtype)
-        return Pi0Prefix(out.cache, out.cache.get_seq_length(), state, mask, pixel_mask, pooled)
+        return Pi0Prefix(pooled, out.cache, out.cache.get_seq_length(), state, mask, pixel_mask)
 
     # ---- the flow in roborl's convention (what policies/flow_rl.py reads) -----------------------------
     def taus(self, device: torch.device) -> torch.Tensor:
@@ -246,27 +237,12 @@ class Pi0Policy(Policy):
         h = self.noise_head(torch.cat([x.flatten(1), t[:, None] / 1000, cond.pooled], -1))
         return h.view_as(x)
 
-    def executed_log_prob(self, x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-        """The Gaussian log-density of the executed actions' real dimensions (B×H×D -> B)."""
-        k, a = self.execute, self.env_action_dim
-        return torch.distributions.Normal(mean[:, :k, :a], std[:, :k, :a]).log_prob(x[:, :k, :a]).sum((-1, -2))
-
-    def executed_entropy(self, std: torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
-        return torch.distributions.Normal(0.0, std[:, :self.execute, :self.env_action_dim]).entropy().sum((-1, -2))
-
     # ---- the Policy interface --------------------------------------------------------------------------
     def act(self, obs: dict, deterministic: bool = False) -> Act:
         obs = {**obs, "text_ids": self.text_ids(obs)}
         cond = self.prefix(obs)
         value = self.critic(cond.pooled, obs)
-        n = cond.shape[0]
-        shape = (n, self.horizon, self.action_dim)
-        x0 = torch.zeros(shape, device=cond.device) if deterministic else torch.randn(shape, device=cond.device)
-        if deterministic or self.rl_mode is None:
-            x, log_prob, extras = flow_rl.sample_ode(self, cond, x0), torch.zeros(n, device=cond.device), {}
-        else:
-            sample, _ = flow_rl.RL_MODES[self.rl_mode]
-            x, log_prob, extras = sample(self, cond, x0)
+        x, log_prob, extras = flow_rl.sample_chunk(self, cond, deterministic)
         extras["text_ids"] = obs["text_ids"]
         action = x[..., :self.env_action_dim].clamp(-1, 1)
         return Act(action[:, 0] if self.horizon == 1 else action, log_prob, value, extras)
