@@ -340,7 +340,11 @@ def make_lerobot_policy(spec: LeRobotSpec, cfg: PolicyConfig, env: sim.VecEnv, e
         return LeRobotPolicy(spec, spaces["state"].shape[0], env.action_dim, cfg.horizon, execute, image_shape=image,
                              steps=cfg.steps, rl_mode=cfg.rl_mode, noise_min=cfg.flow_noise.min_std,
                              noise_max=cfg.flow_noise.max_std, noise_level=cfg.flow_sde.noise_level,
-                             critic_state_dim=critic_state_dim)
+                             critic_state_dim=critic_state_dim,
+                             dppo={"eta": cfg.eta, "finetune_steps": cfg.dppo.finetune_steps,
+                                   "min_sampling_std": cfg.dppo.min_sampling_std,
+                                   "min_logprob_std": cfg.dppo.min_logprob_std,
+                                   "denoise_discount": cfg.dppo.denoise_discount, "clip_base": cfg.dppo.clip_base})
     except ImportError as exc:  # lerobot or torchvision missing
         raise UserError(str(exc)) from exc
     except (ValueError, OSError) as exc:  # bad settings, a policy directory that is missing or incomplete

@@ -97,7 +97,8 @@ class PolicyConfig:
     steps: int = param(10, ge=1)  # denoising steps (diffusion, DDIM) or Euler steps (flow) per action
     train_timesteps: int = param(100, ge=1)  # DDPM training timesteps (diffusion)
     eta: float = param(1.0, ge=0)  # DDIM η (diffusion); > 0 keeps sampling stochastic
-    rl_mode: str | None = None  # diffusion: dppo; flow: flow_noise | flow_sde | fpo
+    # diffusion: dppo; flow: flow_noise | flow_sde | fpo; lerobot: flow_noise | flow_sde (SmolVLA), dppo (Diffusion Policy)
+    rl_mode: str | None = None
     dppo: DPPOConfig = field(default_factory=DPPOConfig)
     flow_noise: FlowNoiseConfig = field(default_factory=FlowNoiseConfig)
     flow_sde: FlowSDEConfig = field(default_factory=FlowSDEConfig)

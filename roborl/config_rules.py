@@ -88,8 +88,8 @@ POLICY_READS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "token_vla": (VLA, ()),
     "flow_vla": ((*VLA, "steps", "rl_mode", "flow_noise", "flow_sde", "fpo"), ("flow_noise", "flow_sde", "fpo")),
     "pi0": ((*COMMON_POLICY, "horizon", "steps", "rl_mode", "flow_noise", "flow_sde", "pi0"), ("flow_noise", "flow_sde")),
-    "lerobot": ((*COMMON_POLICY, "horizon", "steps", "rl_mode", "flow_noise", "flow_sde", "lerobot"),
-                ("flow_noise", "flow_sde")),
+    "lerobot": ((*COMMON_POLICY, "horizon", "steps", "rl_mode", "flow_noise", "flow_sde", "eta", "dppo", "lerobot"),
+                ("flow_noise", "flow_sde", "dppo")),
 }
 
 

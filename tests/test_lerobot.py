@@ -206,7 +206,8 @@ def test_act_and_diffusion_policy_clone_save_and_load_back_in_lerobot(tmp_path, 
         torch.manual_seed(1)
         theirs = post(theirs_policy.select_action(pre(lerobot_inputs(obs))))  # LeRobot's own control loop
     assert torch.equal(ours[:, 0], theirs.clamp(-1, 1))
-    with pytest.raises(ValueError, match="deterministic: fine-tune it as the base of a residual"):
+    hint = "deterministic: fine-tune it as the base of a residual" if kind == "act" else "available: dppo"
+    with pytest.raises(ValueError, match=hint):
         LeRobotPolicy(LeRobotSpec(path=str(tmp_path / kind)), STATE, A, H, EXECUTE, image_shape=(32, 32),
                       rl_mode="flow_noise")
 
@@ -254,3 +255,37 @@ def test_bad_lerobot_settings_are_one_line_errors(tmp_path):
             make_policy(hub.policy, env)
     finally:
         env.close()
+
+
+def test_dppo_on_diffusion_policy_scores_its_own_unet_denoising_steps(tmp_path):
+    """DPPO on LeRobot's Diffusion Policy: the last denoising steps' log-probs are the Gaussian DDIM steps of its
+    own U-Net over its own noise schedule (diffusers' scheduler built from LeRobot's config), PPO starts at ratio
+    1, and the saved directory samples that DDIM chain in LeRobot."""
+    from diffusers import DDIMScheduler
+    from vla_checks import executed_gaussian
+
+    torch.manual_seed(0)
+    policy = LeRobotPolicy(LeRobotSpec(**SIZES, type="diffusion"), STATE, A, H, EXECUTE, steps=STEPS, rl_mode="dppo",
+                           dppo={"finetune_steps": 2, "min_sampling_std": 0.1, "min_logprob_std": 0.1})
+    obs = obs_batch()
+    with torch.no_grad():
+        act = policy.act(obs)
+        log_prob, _, _ = policy.evaluate(obs, act)
+        model = policy.lerobot.diffusion
+        batch = policy.lerobot_batch(obs)
+        cond = model._prepare_global_conditioning({k: v[:, None] if k.startswith("observation.") else v
+                                                   for k, v in batch.items() if torch.is_tensor(v)})
+        ddim = DDIMScheduler.from_config(model.noise_scheduler.config)
+        ddim.set_timesteps(STEPS)
+        chain, columns = act.extras["chain"], []
+        for j, k in enumerate(range(STEPS - 2, STEPS)):
+            t = int(ddim.timesteps[k])
+            eps = model.unet(chain[:, j], torch.full((4,), t, dtype=torch.long), global_cond=cond)
+            mean = ddim.step(eps, t, chain[:, j], eta=1.0, variance_noise=torch.zeros_like(eps)).prev_sample
+            std = max(1.0 * float(ddim._get_variance(t, t - 100 // STEPS)) ** 0.5, 0.1)
+            columns.append(executed_gaussian(chain[:, j + 1], mean, torch.full_like(mean, std), EXECUTE, A))
+    assert log_prob.shape == (4, 2) and torch.allclose(log_prob, torch.stack(columns, -1), atol=1e-4)
+    check_ppo_starts_at_ratio_one(policy, obs_batch)
+    policy.save_pretrained(tmp_path / "dppo")
+    theirs, _, _ = load_with_lerobot(tmp_path / "dppo")
+    assert theirs.config.noise_scheduler_type == "DDIM" and theirs.config.num_inference_steps == STEPS

@@ -47,22 +47,6 @@ class PooledCondition:
         return self.pooled.device
 
 
-class ExecutedChunk:
-    """`executed_log_prob` and `executed_entropy` for a policy whose chain lives in a padded chunk (pi0's and
-    SmolVLA's `max_action_dim`): only the `execute` actions the env runs, and only their `env_action_dim` real
-    dimensions, enter the log-probabilities."""
-    execute: int
-    env_action_dim: int
-
-    def executed_log_prob(self, x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-        """The Gaussian log-density of the executed actions' real dimensions (B×H×D -> B)."""
-        k, a = self.execute, self.env_action_dim
-        return torch.distributions.Normal(mean[:, :k, :a], std[:, :k, :a]).log_prob(x[:, :k, :a]).sum((-1, -2))
-
-    def executed_entropy(self, std: torch.Tensor, batch: int, device: torch.device) -> torch.Tensor:
-        return torch.distributions.Normal(0.0, std[:, :self.execute, :self.env_action_dim]).entropy().sum((-1, -2))
-
-
 # ---- flow-noise: a learned noise std on every Euler step, joint log-prob of the chain ------------
 def noise_std(policy, x: torch.Tensor, tau: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
     """σ_θ'(x, τ, s) squashed by tanh into [noise_min, noise_max], one per action element."""

@@ -3,19 +3,18 @@ a critic for PPO, action-chunk bookkeeping (predict H actions, the env executes 
 reference copy of the pretrained network (DPPO's frozen early steps, the BC regularizer)."""
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import nn
-from torch.distributions import Normal
 
 from roborl.policies.denoisers import make_denoiser
+from roborl.policies.executed import ExecutedChunk
 from roborl.policies.gaussian import mlp
 from roborl.policies.normalizer import RunningNormalizer
 from roborl.policies.base import Policy
 
 
-class GenerativePolicy(Policy):
+class GenerativePolicy(ExecutedChunk, Policy):
     def __init__(self, obs_dim: int, action_dim: int, horizon: int, execute: int, denoiser: str = "mlp",
                  hidden: list[int] = (256, 256, 256), critic_hidden: list[int] = (256, 256),
                  normalize_obs: bool = True) -> None:
@@ -24,6 +23,7 @@ class GenerativePolicy(Policy):
             raise ValueError(f"policy.horizon ({horizon}) must be >= env.action_chunk ({execute}) >= 1: a decision "
                              "executes the first action_chunk actions of the predicted chunk")
         self.action_dim, self.horizon, self.execute = action_dim, horizon, execute
+        self.env_action_dim = action_dim
         self.normalizer = RunningNormalizer(obs_dim) if normalize_obs else None
         self.register_buffer("normalizer_fitted", torch.tensor(False))
         self.denoiser = make_denoiser(denoiser, action_dim, horizon, obs_dim, list(hidden))
@@ -59,19 +59,6 @@ class GenerativePolicy(Policy):
     def start_finetuning(self) -> None:
         """Freeze a copy of the current (pretrained) network as the reference."""
         self.reference.load_state_dict(self.denoiser.state_dict())
-
-    def executed_log_prob(self, x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor | float) -> torch.Tensor:
-        """Gaussian log-density of chunk `x` summed over the executed actions only (B×H×A -> B): the
-        actions the env never runs get no gradient."""
-        K = self.execute
-        std = std[:, :K] if isinstance(std, torch.Tensor) and std.dim() == 3 else std
-        return Normal(mean[:, :K], std).log_prob(x[:, :K]).sum((-1, -2))
-
-    def executed_entropy(self, std: torch.Tensor | float, batch: int, device: torch.device) -> torch.Tensor:
-        if isinstance(std, torch.Tensor) and std.dim() == 3:
-            return (0.5 + 0.5 * math.log(2 * math.pi) + std[:, :self.execute].log()).sum((-1, -2))
-        per_dim = 0.5 + 0.5 * math.log(2 * math.pi) + math.log(float(std))
-        return torch.full((batch,), per_dim * self.execute * self.action_dim, device=device)
 
     def bc_regularizer(self, obs: dict, act) -> torch.Tensor:
         """Distance of the network's output from the frozen pretrained reference at random noise levels

@@ -31,6 +31,7 @@ from torch import nn
 from roborl.policies import flow_rl
 from roborl.policies.act import Act
 from roborl.policies.base import Policy
+from roborl.policies.executed import ExecutedChunk
 from roborl.policies.configuration_pi0 import Pi0Spec
 from roborl.policies.gaussian import mlp
 from roborl.policies.normalizer import RunningNormalizer
@@ -94,7 +95,7 @@ def load_pi0(spec: Pi0Spec, state_dim: int, action_dim: int, horizon: int, steps
     return model, tokenizer
 
 
-class Pi0Policy(flow_rl.ExecutedChunk, Policy):
+class Pi0Policy(ExecutedChunk, Policy):
     kind = "pi0"
 
     def __init__(self, spec: Pi0Spec, state_dim: int, action_dim: int, horizon: int, execute: int = 1, *,

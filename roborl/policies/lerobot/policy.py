@@ -5,7 +5,8 @@ from a local LeRobot policy directory or built small from LeRobot's config class
   flow-SDE), on its own `embed_prefix` / `denoise_step` (smolvla_flow.py).
 - ACT predicts deterministic chunks: it acts (evaluation, `roborl bc`) and serves as the frozen base of a
   residual policy (`residual.base: <LeRobot dir>`), which is how RL fine-tunes it.
-- Diffusion Policy acts and clones demonstrations (`roborl bc`).
+- Diffusion Policy is fine-tuned by DPPO (`policy.rl_mode: dppo`): its U-Net on the DDIM chain of
+  `policies/dppo.py` over its own noise schedule.
 
 Observations map onto LeRobot's features: the env's `state` is `observation.state` (or ACT's
 `observation.environment_state`), its `rgb` frame every `observation.images.*` camera, its instruction
@@ -17,6 +18,7 @@ a LeRobot policy directory (config.json, model.safetensors, the processors) that
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -30,12 +32,14 @@ from torch import nn
 from roborl.policies import flow_rl
 from roborl.policies.act import Act
 from roborl.policies.base import Policy
+from roborl.policies.dppo import DPPOChain
+from roborl.policies.executed import ExecutedChunk
 from roborl.policies.gaussian import mlp
 from roborl.policies.lerobot import compat, smolvla_flow
 from roborl.policies.lerobot.configuration import LeRobotSpec
 from roborl.policies.vla.heads import ValueHead
 
-RL_MODES = {"smolvla": ("flow_noise", "flow_sde"), "act": (), "diffusion": ()}  # policy.rl_mode per type
+RL_MODES = {"smolvla": ("flow_noise", "flow_sde"), "act": (), "diffusion": ("dppo",)}  # policy.rl_mode per type
 HEADS_FILE, META_FILE = "roborl_heads.safetensors", "roborl_lerobot.json"
 STATE_KEYS = ("observation.state", "observation.environment_state")
 TEXT_PAD = -1  # padding of stored instruction tokens (their attention mask is `ids != TEXT_PAD`)
@@ -103,13 +107,13 @@ def normalizer_steps(*pipelines) -> list:
     return [step for pipe in pipelines for step in pipe.steps if hasattr(step, "_tensor_stats")]
 
 
-class LeRobotPolicy(flow_rl.ExecutedChunk, Policy):
+class LeRobotPolicy(DPPOChain, ExecutedChunk, Policy):
     kind = "lerobot"
 
     def __init__(self, spec: LeRobotSpec, state_dim: int, action_dim: int, horizon: int, execute: int = 1, *,
                  image_shape: tuple[int, int] | None = None, steps: int = 10, rl_mode: str | None = None,
                  noise_min: float = 0.08, noise_max: float = 0.16, noise_level: float = 0.5,
-                 critic_state_dim: int = 0) -> None:
+                 critic_state_dim: int = 0, dppo: dict | None = None) -> None:
         super().__init__()
         compat.require()
         from lerobot.policies.factory import get_policy_class, make_pre_post_processors
@@ -154,7 +158,8 @@ class LeRobotPolicy(flow_rl.ExecutedChunk, Policy):
         self.config = config
         self.init_args = {"state_dim": state_dim, "action_dim": action_dim, "horizon": horizon, "execute": execute,
                           "image_shape": image_shape, "steps": steps, "rl_mode": rl_mode, "noise_min": noise_min,
-                          "noise_max": noise_max, "noise_level": noise_level, "critic_state_dim": critic_state_dim}
+                          "noise_max": noise_max, "noise_level": noise_level, "critic_state_dim": critic_state_dim,
+                          "dppo": dppo}
         self.state_dim, self.env_action_dim, self.horizon, self.execute = state_dim, action_dim, horizon, execute
         self.steps, self.rl_mode = steps, rl_mode
         self.noise_min, self.noise_max, self.noise_level = noise_min, noise_max, noise_level
@@ -165,6 +170,11 @@ class LeRobotPolicy(flow_rl.ExecutedChunk, Policy):
         else:
             self.action_dim, width = action_dim, state_dim
         self.critic = ValueHead(width, list(spec.value_hidden), True, critic_state_dim)
+        if rl_mode == "dppo":  # DPPO's chain over the U-Net's own noise schedule; a frozen copy runs its early steps
+            settings = {"eta": 1.0, "finetune_steps": 5, "min_sampling_std": 0.1, "min_logprob_std": 0.1,
+                        "denoise_discount": 0.99, "clip_base": 1e-3, **(dppo or {})}
+            self.setup_chain(self.lerobot.diffusion.noise_scheduler.config, steps, **settings)
+            self.reference = copy.deepcopy(self.lerobot.diffusion.unet).requires_grad_(False)
         if rl_mode == "flow_noise":
             self.noise_head = mlp([horizon * self.action_dim + 1 + width, *spec.noise_hidden, horizon * self.action_dim],
                                   "tanh", 0.01)
@@ -290,7 +300,27 @@ class LeRobotPolicy(flow_rl.ExecutedChunk, Policy):
                                             global_cond=model._prepare_global_conditioning(batch))
         return self.lerobot.predict_action_chunk(batch)
 
+    @property
+    def denoiser(self) -> nn.Module:
+        """DPPO's trainable network: the Diffusion Policy's own U-Net."""
+        return self.lerobot.diffusion.unet
+
+    def eps(self, net: nn.Module, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        """The U-Net's noise prediction, called as LeRobot's `conditional_sample` calls it."""
+        return net(x, t.long(), global_cond=cond)
+
+    def global_cond(self, batch: dict) -> torch.Tensor:
+        return self.lerobot.diffusion._prepare_global_conditioning(self.with_history(batch))
+
     def act(self, obs: dict, deterministic: bool = False) -> Act:
+        if self.rl_mode == "dppo":
+            batch = self.lerobot_batch(obs)
+            cond = self.global_cond(batch)
+            n = cond.shape[0]
+            x, chain = self.sample_chain(cond, (n, self.horizon, self.action_dim), cond.device, deterministic)
+            action = self.unnormalize(x)
+            return Act(action[:, 0] if self.horizon == 1 else action, self.chain_log_prob(cond, chain),
+                       self.critic(self.features(obs, batch), obs), {"chain": chain})
         if self.type != "smolvla":
             batch = self.lerobot_batch(obs)
             with torch.no_grad():
@@ -308,6 +338,11 @@ class LeRobotPolicy(flow_rl.ExecutedChunk, Policy):
         return Act(action[:, 0] if self.horizon == 1 else action, log_prob, value, extras)
 
     def evaluate(self, obs: dict, act: Act) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.rl_mode == "dppo":
+            batch = self.lerobot_batch(obs)
+            cond = self.global_cond(batch)
+            return (self.chain_log_prob(cond, act.extras["chain"]), self.chain_entropy(cond.shape[0], cond.device),
+                    self.critic(self.features(obs, batch), obs))
         if self.rl_mode is None:
             raise ValueError(f"LeRobot's {self.type} needs policy.rl_mode (flow_noise or flow_sde) to be fine-tuned "
                              "by PPO or GRPO" if self.type == "smolvla" else
@@ -322,6 +357,17 @@ class LeRobotPolicy(flow_rl.ExecutedChunk, Policy):
         if self.type == "smolvla":
             return self.critic(smolvla_flow.prefix(self.lerobot, batch).pooled, obs)
         return self.critic(self.features(obs, batch), obs)
+
+    def ratio_clip(self, clip: float) -> float | torch.Tensor:
+        return DPPOChain.ratio_clip(self, clip) if self.rl_mode == "dppo" else clip
+
+    def advantage_weights(self) -> torch.Tensor | None:
+        return DPPOChain.advantage_weights(self) if self.rl_mode == "dppo" else None
+
+    def start_finetuning(self) -> None:
+        """DPPO: the loaded (pretrained) U-Net becomes the frozen copy that runs the early denoising steps."""
+        if self.rl_mode == "dppo":
+            self.reference.load_state_dict(self.denoiser.state_dict())
 
     @torch.no_grad()
     def fit_normalizer(self, states: torch.Tensor) -> None:
@@ -356,6 +402,8 @@ class LeRobotPolicy(flow_rl.ExecutedChunk, Policy):
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         self._sync_stats()
+        if self.rl_mode == "dppo":  # LeRobot then samples the chain DPPO tuned (DDIM over the same schedule)
+            self.config.noise_scheduler_type, self.config.num_inference_steps = "DDIM", self.steps
         self.lerobot.save_pretrained(out)
         self.preprocessor.save_pretrained(out)
         self.postprocessor.save_pretrained(out)
