@@ -8,9 +8,9 @@ from torch import nn
 from torch.distributions import Normal
 
 from roborl.policies.act import Act
+from roborl.policies.base import Policy
 from roborl.policies.cnn import CNNEncoder
 from roborl.policies.normalizer import RunningNormalizer
-from roborl.policies.base import Policy
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 

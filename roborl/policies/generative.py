@@ -3,15 +3,13 @@ a critic for PPO, action-chunk bookkeeping (predict H actions, the env executes 
 reference copy of the pretrained network (DPPO's frozen early steps, the BC regularizer)."""
 from __future__ import annotations
 
-
 import torch
-from torch import nn
 
+from roborl.policies.base import Policy
 from roborl.policies.denoisers import make_denoiser
 from roborl.policies.executed import ExecutedChunk
 from roborl.policies.gaussian import mlp
 from roborl.policies.normalizer import RunningNormalizer
-from roborl.policies.base import Policy
 
 
 class GenerativePolicy(ExecutedChunk, Policy):

@@ -31,8 +31,8 @@ from torch import nn
 from roborl.policies import flow_rl
 from roborl.policies.act import Act
 from roborl.policies.base import Policy
-from roborl.policies.executed import ExecutedChunk
 from roborl.policies.configuration_pi0 import Pi0Spec
+from roborl.policies.executed import ExecutedChunk
 from roborl.policies.gaussian import mlp
 from roborl.policies.normalizer import RunningNormalizer
 from roborl.policies.vla.heads import ValueHead

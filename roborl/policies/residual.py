@@ -19,9 +19,9 @@ from torch import nn
 from torch.distributions import Normal
 
 from roborl.policies.act import Act
+from roborl.policies.base import Policy
 from roborl.policies.gaussian import mlp
 from roborl.policies.normalizer import RunningNormalizer
-from roborl.policies.base import Policy
 
 INPUTS = ("obs+base", "obs")
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0

@@ -16,8 +16,8 @@ so an RL update never recomputes them and no gradient can reach the base.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Callable
 
 import gymnasium as gym
 import numpy as np

@@ -16,8 +16,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from roborl.sim.errors import SimError
 from roborl.sim.batch import clone, merge_rows
+from roborl.sim.errors import SimError
 from roborl.sim.vec_env import Obs, VecEnv
 from roborl.sim.wrapper import VecEnvWrapper
 

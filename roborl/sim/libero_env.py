@@ -22,7 +22,8 @@ controller unchanged (see `action_scaling`). Reward 1 on success, which terminat
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np

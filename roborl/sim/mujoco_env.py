@@ -237,7 +237,8 @@ class MujocoVecEnv(VecEnv):
             self._reset_envs(done)
         obs = self._obs(frames=self._observed)
         info["done"] = done
-        return obs, reward.to(self.device), terminated.to(self.device), truncated.to(self.device), (info if self.device.type == "cpu" else to_device(info, self.device))
+        info = info if self.device.type == "cpu" else to_device(info, self.device)
+        return obs, reward.to(self.device), terminated.to(self.device), truncated.to(self.device), info
 
     @contextmanager
     def unobserved(self) -> Iterator[None]:

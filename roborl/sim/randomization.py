@@ -8,8 +8,8 @@ so perturbations never compound. Latency, delay and observation noise are batche
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import mujoco
 import numpy as np

@@ -67,7 +67,7 @@ class VecEnv:
         pass
 
     @property
-    def unwrapped(self) -> "VecEnv":
+    def unwrapped(self) -> VecEnv:
         """The simulator under all wrappers (itself for a simulator)."""
         return self
 
@@ -81,7 +81,7 @@ class VecEnv:
         n = int(self.action_space.shape[-1])
         return {"scale": [1.0] * n, "offset": [0.0] * n, "units": ["normalized"] * n}
 
-    def __enter__(self) -> "VecEnv":
+    def __enter__(self) -> VecEnv:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -27,8 +27,7 @@ def small_vlm_dir(spec: LeRobotSpec) -> Path:
     out = cache_dir() / f"smolvlm-{hashlib.sha1(json.dumps(sizes, sort_keys=True).encode()).hexdigest()[:10]}"
     if (out / "config.json").is_file():
         return out
-    from transformers import (AutoTokenizer, SmolVLMConfig, SmolVLMImageProcessor, SmolVLMProcessor,
-                              SmolVLMVideoProcessor)
+    from transformers import AutoTokenizer, SmolVLMConfig, SmolVLMImageProcessor, SmolVLMProcessor, SmolVLMVideoProcessor
 
     from roborl.policies.vla.tokenizer import word_tokenizer
 

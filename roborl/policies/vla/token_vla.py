@@ -21,12 +21,12 @@ import torch
 from torch import nn
 
 from roborl.policies.act import Act
+from roborl.policies.base import Policy
 from roborl.policies.vla.action_decoder import ActionTokenDecoder
 from roborl.policies.vla.backbone import VLABackbone, build_backbone, instructions
 from roborl.policies.vla.heads import ValueHead
 from roborl.policies.vla.io import BackbonePolicy
 from roborl.policies.vla.spec import VLASpec
-from roborl.policies.base import Policy
 
 
 class TokenVLAPolicy(BackbonePolicy, Policy):
