@@ -165,8 +165,11 @@ def main() -> None:
             rows.append({"family": family, "algorithm": algorithm, "sft": sft_scores, "rl": rl_scores,
                          "sft_stage": sft, "rl_stages": stages})
     seeds = f"1 SFT; {len(a.seeds)} RL training seed{'s' if len(a.seeds) > 1 else ''} ({', '.join(map(str, a.seeds))})"
-    write_results("vla", "VLA fine-tuning on LangTabletop: SFT, then RL", markdown(rows, a.episodes).splitlines(),
-                  {"rows": rows}, seeds=seeds)
+    lines = markdown(rows, a.episodes).splitlines()
+    if a.reuse:
+        lines += ["", "With `--reuse`, stages that had already finished in the run directory were kept rather than run "
+                  "again; each row's wall times, memory and frame rates are those of its own runs."]
+    write_results("vla", "VLA fine-tuning on LangTabletop: SFT, then RL", lines, {"rows": rows}, seeds=seeds)
 
 
 def markdown(rows: list[dict], episodes: int) -> str:
