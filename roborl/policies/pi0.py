@@ -19,13 +19,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import json
-import os
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_model
 from torch import nn
 
 from roborl.policies import flow_rl
@@ -35,10 +33,11 @@ from roborl.policies.configuration_pi0 import Pi0Spec
 from roborl.policies.executed import ExecutedChunk
 from roborl.policies.gaussian import mlp
 from roborl.policies.normalizer import RunningNormalizer
+from roborl.policies.pretrained_heads import HEADS_FILE, read_meta, write_heads
 from roborl.policies.vla.heads import ValueHead
 
 RL_MODES = ("flow_noise", "flow_sde")  # policy.rl_mode of pi0
-HEADS_FILE, META_FILE = "roborl_heads.safetensors", "roborl_pi0.json"
+META_FILE = "roborl_pi0.json"
 
 
 @dataclasses.dataclass
@@ -297,20 +296,13 @@ class Pi0Policy(ExecutedChunk, Policy):
         model = copy.deepcopy(self.model).merge_and_unload() if self.spec.finetune == "lora" else self.model
         model.save_pretrained(out)
         self.tokenizer.save_pretrained(out)
-        tmp = out / f"{HEADS_FILE}.tmp"
-        save_model(self.heads(), str(tmp))
-        os.replace(tmp, out / HEADS_FILE)
-        meta = {"spec": dataclasses.asdict(self.spec), "args": self.init_args,
-                "normalizer_fitted": bool(self.normalizer_fitted)}
-        (out / META_FILE).write_text(json.dumps(meta, indent=2))
+        write_heads(out, self.heads(), {"spec": dataclasses.asdict(self.spec), "args": self.init_args,
+                                        "normalizer_fitted": bool(self.normalizer_fitted)}, META_FILE)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, **overrides) -> Pi0Policy:
         """A policy saved by `save_pretrained`, its model read by transformers from the same directory."""
-        src = Path(directory).expanduser()
-        if not (src / META_FILE).is_file():
-            raise FileNotFoundError(f"'{directory}' has no {META_FILE}: not a pi0 policy saved by roborl")
-        meta = json.loads((src / META_FILE).read_text())
+        src, meta = read_meta(directory, META_FILE, "pi0")
         spec = Pi0Spec(**{**meta["spec"], "path": str(src), "tokenizer_path": None})
         policy = cls(spec, **{**meta["args"], **overrides})
         load_model(policy.heads(), str(src / HEADS_FILE), strict=True)

@@ -21,12 +21,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_model
 from torch import nn
 
 from roborl.policies import flow_rl
@@ -37,10 +36,11 @@ from roborl.policies.executed import ExecutedChunk
 from roborl.policies.gaussian import mlp
 from roborl.policies.lerobot import compat, smolvla_flow
 from roborl.policies.lerobot.configuration import LeRobotSpec
+from roborl.policies.pretrained_heads import HEADS_FILE, read_meta, write_heads
 from roborl.policies.vla.heads import ValueHead
 
 RL_MODES = {"smolvla": ("flow_noise", "flow_sde"), "act": (), "diffusion": ("dppo",)}  # policy.rl_mode per type
-HEADS_FILE, META_FILE = "roborl_heads.safetensors", "roborl_lerobot.json"
+META_FILE = "roborl_lerobot.json"
 STATE_KEYS = ("observation.state", "observation.environment_state")
 TEXT_PAD = -1  # padding of stored instruction tokens (their attention mask is `ids != TEXT_PAD`)
 
@@ -407,11 +407,7 @@ class LeRobotPolicy(DPPOChain, ExecutedChunk, Policy):
         self.lerobot.save_pretrained(out)
         self.preprocessor.save_pretrained(out)
         self.postprocessor.save_pretrained(out)
-        tmp = out / f"{HEADS_FILE}.tmp"
-        save_model(self.heads(), str(tmp))
-        os.replace(tmp, out / HEADS_FILE)
-        meta = {"spec": dataclasses.asdict(self.spec), "args": self.init_args}
-        (out / META_FILE).write_text(json.dumps(meta, indent=2))
+        write_heads(out, self.heads(), {"spec": dataclasses.asdict(self.spec), "args": self.init_args}, META_FILE)
 
     @classmethod
     def from_directory(cls, path: str | Path, state_dim: int, action_dim: int,
@@ -429,10 +425,7 @@ class LeRobotPolicy(DPPOChain, ExecutedChunk, Policy):
     @classmethod
     def from_pretrained(cls, directory: str | Path, **overrides) -> LeRobotPolicy:
         """A policy saved by `save_pretrained`, its model and processors read by LeRobot from the same directory."""
-        src = Path(directory).expanduser()
-        if not (src / META_FILE).is_file():
-            raise FileNotFoundError(f"'{directory}' has no {META_FILE}: not a LeRobot policy saved by roborl")
-        meta = json.loads((src / META_FILE).read_text())
+        src, meta = read_meta(directory, META_FILE, "LeRobot")
         spec = LeRobotSpec(**{**meta["spec"], "path": str(src)})
         args = {**meta["args"], **overrides}
         if args.get("image_shape") is not None:
