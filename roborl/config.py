@@ -225,6 +225,9 @@ class TrainConfig:
     seed: int = param(0, ge=0)  # seeds torch, the envs' initial states and the evaluation
     device: str = "auto"  # auto (cuda when available) | cpu | cuda | cuda:N: where the networks run
     threads: int | None = param(None, ge=1)  # torch CPU threads (None: half the cores)
+    # torch CPU threads during the update, while this process's simulator is idle (None: the cores shared among
+    # the learners, or train.threads where Ray env workers step the envs meanwhile)
+    update_threads: int | None = param(None, ge=1)
     run_dir: str = "runs"  # runs are written to run_dir/name/
     name: str | None = None  # the run's directory name (None: the env id and the start time)
     resume: str | None = None  # a checkpoint to continue from (or `resume=PATH` on the command line)

@@ -43,6 +43,17 @@ def check_time_left(trained_s: float, max_minutes: float | None) -> None:
                         f"train.max_minutes={math.ceil(trained_s / 60) + max_minutes:g}")
 
 
+def update_threads(cfg: Config, learners: int, threads: int) -> int:
+    """Torch threads for the update. The local simulator's threads are idle then (the loop is synchronous), so
+    the update may take the cores it leaves; not so where Ray env workers keep stepping envs meanwhile. During
+    rollouts torch keeps `threads`: its idle workers spin for a while and would slow the physics threads."""
+    if cfg.train.update_threads:
+        return cfg.train.update_threads
+    if cfg.resources.env_workers:
+        return threads
+    return max(threads, (os.cpu_count() or 1) // max(1, learners))
+
+
 class Runner:
     def __init__(self, cfg: Config, shard: Config | None = None, comm: Comm | None = None) -> None:
         """`cfg` is the run's config, saved with it; `shard`, where given, what this process trains with
@@ -59,7 +70,9 @@ class Runner:
         st = resume.training_state() if resume is not None else {}
         check_time_left(st.get("wall_time_s", 0.0), cfg.train.max_minutes)
         self.device = resolve_device(cfg.train.device)
-        torch.set_num_threads(cfg.train.threads or max(1, (os.cpu_count() or 1) // 2))
+        self.threads = cfg.train.threads or max(1, (os.cpu_count() or 1) // 2)
+        self.update_threads = update_threads(cfg, comm.world, self.threads)
+        torch.set_num_threads(self.threads)
         torch.manual_seed(cfg.train.seed)
         self.collector = make_collector(cfg, self.device)
         self.env, self.policy = build(cfg, self.device, self.collector.env)
@@ -192,7 +205,11 @@ class Runner:
         start = time.time()
         self.obs = self.collector.collect(self.algo, self.obs, log)
         collect_time = time.time() - start
-        stats = self.algo.update()
+        torch.set_num_threads(self.update_threads)
+        try:
+            stats = self.algo.update()
+        finally:
+            torch.set_num_threads(self.threads)
         stats.setdefault("collect_sps", self.algo.env_steps / max(collect_time, 1e-9))
         stats.update(self.collector.stats())
         return stats, self.comm.gather_log(log)

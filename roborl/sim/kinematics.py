@@ -1,45 +1,140 @@
-"""Batched forward kinematics and Jacobians of a serial chain of hinge joints, read off a MjModel.
+"""Batched forward kinematics, Jacobians and damped least-squares IK of a serial chain of hinge joints,
+read off a MjModel.
 
-Torch over N configurations at once, so end-effector controllers (differential IK) run batched
-instead of calling `mj_jacSite` per environment. Matches MuJoCo's own kinematics (tested).
+End-effector controllers need the pose and Jacobian of every environment at every control step. Done
+as torch ops over N configurations, dispatching a few dozen tiny ops cost more than the physics leaves
+room for; done per environment with `mj_jacSite`, the Python loop did. Here one compiled loop (numba)
+walks the chain of all N environments, writing into arrays that torch shares. Matches MuJoCo's own
+kinematics (tested).
 """
 from __future__ import annotations
 
 import mujoco
+import numba
 import numpy as np
 import torch
 
 
-def _quat_to_mat(q: torch.Tensor) -> torch.Tensor:
-    w, x, y, z = q.unbind(-1)
-    return torch.stack([
-        1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w),
-        2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w),
-        2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y),
-    ], -1).reshape(*q.shape[:-1], 3, 3)
+def _quat_to_mat(q: np.ndarray) -> np.ndarray:
+    w, x, y, z = q
+    return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+                     [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+                     [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]])
 
 
-def _skew(a: torch.Tensor) -> torch.Tensor:
-    x, y, z = a.unbind(-1)
-    o = torch.zeros_like(x)
-    return torch.stack([o, -z, y, z, o, -x, -y, x, o], -1).reshape(*a.shape[:-1], 3, 3)
-
-
-def _homogeneous(rot: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    T = torch.eye(4, dtype=rot.dtype).repeat(*rot.shape[:-2], 1, 1)
-    T[..., :3, :3] = rot
-    T[..., :3, 3] = pos
+def _homogeneous(rot: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    T = np.eye(4)
+    T[:3, :3], T[:3, 3] = rot, pos
     return T
 
 
-class SerialChain:
-    """The hinge-joint chain from the world to a site: `forward(q)` and `jacobian(q)` for N configs.
+@numba.njit(cache=True)
+def _walk_chain(theta, fixed, axis, pos, rot, jac):  # pragma: no cover - compiled
+    """For each row of theta (N×J joint angles from qpos0): site position (N×3), rotation (N×3×3) and the
+    6×J geometric Jacobian (linear rows first). fixed[k] maps joint k's frame (after its rotation) to joint
+    k+1's anchor; fixed[0] is the world to joint 0's anchor; the last one ends at the site."""
+    n, dof = theta.shape
+    T = np.empty((4, 4))
+    S = np.empty((4, 4))
+    M = np.empty((4, 4))
+    axes = np.empty((dof, 3))
+    anchors = np.empty((dof, 3))
+    for i in range(n):
+        T[:] = fixed[0]
+        for j in range(dof):
+            kx, ky, kz = axis[j, 0], axis[j, 1], axis[j, 2]
+            for r in range(3):
+                axes[j, r] = T[r, 0] * kx + T[r, 1] * ky + T[r, 2] * kz
+                anchors[j, r] = T[r, 3]
+            # Rodrigues: rotation by theta about the unit axis k, then the fixed transform to the next anchor
+            s, c = np.sin(theta[i, j]), np.cos(theta[i, j])
+            v = 1.0 - c
+            S[0, 0], S[0, 1], S[0, 2] = c + kx * kx * v, kx * ky * v - kz * s, kx * kz * v + ky * s
+            S[1, 0], S[1, 1], S[1, 2] = ky * kx * v + kz * s, c + ky * ky * v, ky * kz * v - kx * s
+            S[2, 0], S[2, 1], S[2, 2] = kz * kx * v - ky * s, kz * ky * v + kx * s, c + kz * kz * v
+            for r in range(3):
+                for col in range(4):
+                    M[r, col] = S[r, 0] * fixed[j + 1, 0, col] + S[r, 1] * fixed[j + 1, 1, col] \
+                        + S[r, 2] * fixed[j + 1, 2, col]
+            M[3, :] = fixed[j + 1, 3, :]
+            for r in range(3):
+                t0, t1, t2, t3 = T[r, 0], T[r, 1], T[r, 2], T[r, 3]
+                for col in range(4):
+                    T[r, col] = t0 * M[0, col] + t1 * M[1, col] + t2 * M[2, col] + t3 * M[3, col]
+        for r in range(3):
+            pos[i, r] = T[r, 3]
+            for col in range(3):
+                rot[i, r, col] = T[r, col]
+        for j in range(dof):
+            ax, ay, az = axes[j, 0], axes[j, 1], axes[j, 2]
+            dx, dy, dz = T[0, 3] - anchors[j, 0], T[1, 3] - anchors[j, 1], T[2, 3] - anchors[j, 2]
+            jac[i, 0, j] = ay * dz - az * dy
+            jac[i, 1, j] = az * dx - ax * dz
+            jac[i, 2, j] = ax * dy - ay * dx
+            jac[i, 3, j], jac[i, 4, j], jac[i, 5, j] = ax, ay, az
 
-    Precomputes the fixed 4×4 transforms between consecutive joints (joint anchors folded in), so a
-    batched forward pass is one small matmul per joint.
+
+@numba.njit(cache=True)
+def _dls_step(err, jac, bias, damping, dq):  # pragma: no cover - compiled
+    """dq = J⁺ (err - J b) + b per row, with J⁺ = Jᵀ (J Jᵀ + λ² I)⁻¹: the damped least-squares step toward
+    the 6-d error `err`, plus the bias step `b` projected onto the null space of J (that is what
+    J⁺ err + (I - J⁺ J) b equals). One Cholesky solve of the 6×6 system per row."""
+    n, m, dof = jac.shape
+    A = np.empty((m, m))
+    y = np.empty(m)
+    for i in range(n):
+        for r in range(m):
+            acc = err[i, r]
+            for k in range(dof):
+                acc -= jac[i, r, k] * bias[i, k]
+            y[r] = acc
+            for c in range(r + 1):
+                acc = 0.0
+                for k in range(dof):
+                    acc += jac[i, r, k] * jac[i, c, k]
+                A[r, c] = acc
+            A[r, r] += damping * damping
+        for r in range(m):  # Cholesky, lower triangle in place
+            for c in range(r + 1):
+                acc = A[r, c]
+                for k in range(c):
+                    acc -= A[r, k] * A[c, k]
+                A[r, c] = np.sqrt(acc) if r == c else acc / A[c, c]
+        for r in range(m):  # L z = y
+            acc = y[r]
+            for k in range(r):
+                acc -= A[r, k] * y[k]
+            y[r] = acc / A[r, r]
+        for r in range(m - 1, -1, -1):  # Lᵀ x = z
+            acc = y[r]
+            for k in range(r + 1, m):
+                acc -= A[k, r] * y[k]
+            y[r] = acc / A[r, r]
+        for k in range(dof):
+            acc = bias[i, k]
+            for r in range(m):
+                acc += jac[i, r, k] * y[r]
+            dq[i, k] = acc
+
+
+def damped_least_squares(err: torch.Tensor, jac: torch.Tensor, bias: torch.Tensor,
+                         damping: float = 0.05) -> torch.Tensor:
+    """Joint steps (N×J) that reduce the task-space error `err` (N×6) through the Jacobian `jac` (N×6×J),
+    damped by `damping`, while moving along `bias` (N×J) only in the null space of the task (float64, CPU)."""
+    dq = np.empty((jac.shape[0], jac.shape[2]))
+    _dls_step(err.numpy(), jac.numpy(), bias.numpy(), float(damping), dq)
+    return torch.from_numpy(dq)
+
+
+class SerialChain:
+    """The hinge-joint chain from the world to a site: `forward(q)` and `jacobian(q)` for N configs
+    (float64 CPU tensors in and out).
+
+    Precomputes the fixed 4×4 transforms between consecutive joints (joint anchors folded in), so the walk
+    down the chain is one rotation and one fixed transform per joint.
     """
 
-    def __init__(self, model: mujoco.MjModel, site: str, dtype: torch.dtype = torch.float64) -> None:
+    def __init__(self, model: mujoco.MjModel, site: str) -> None:
         site_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, site)
         if site_id < 0:
             raise ValueError(f"model has no site '{site}'")
@@ -49,64 +144,38 @@ class SerialChain:
             bodies.append(b)
             b = int(model.body_parentid[b])
         bodies.reverse()
-        f = dict(dtype=dtype)
-        fixed = [torch.eye(4, **f)]  # fixed[k]: from joint k's frame (after its rotation) to joint k+1's anchor
+        fixed = [np.eye(4)]  # fixed[k]: from joint k's frame (after its rotation) to joint k+1's anchor
         axes, qadr, ranges = [], [], []
         for body in bodies:
             joints = [j for j in range(model.njnt) if model.jnt_bodyid[j] == body]
             if len(joints) > 1 or (joints and model.jnt_type[joints[0]] != mujoco.mjtJoint.mjJNT_HINGE):
                 raise ValueError(f"body {body} of the chain must have at most one hinge joint")
-            body_T = _homogeneous(_quat_to_mat(torch.tensor(model.body_quat[body], **f)),
-                                  torch.tensor(model.body_pos[body], **f))
-            fixed[-1] = fixed[-1] @ body_T
+            fixed[-1] = fixed[-1] @ _homogeneous(_quat_to_mat(model.body_quat[body]), model.body_pos[body])
             if joints:
                 j = joints[0]
-                anchor = torch.tensor(model.jnt_pos[j], **f)
-                fixed[-1] = fixed[-1] @ _homogeneous(torch.eye(3, **f), anchor)
-                fixed.append(_homogeneous(torch.eye(3, **f), -anchor))
+                fixed[-1] = fixed[-1] @ _homogeneous(np.eye(3), model.jnt_pos[j])
+                fixed.append(_homogeneous(np.eye(3), -model.jnt_pos[j]))
                 axes.append(model.jnt_axis[j] / np.linalg.norm(model.jnt_axis[j]))
                 qadr.append(int(model.jnt_qposadr[j]))
                 ranges.append(model.jnt_range[j])
-        site_T = _homogeneous(_quat_to_mat(torch.tensor(model.site_quat[site_id], **f)),
-                              torch.tensor(model.site_pos[site_id], **f))
-        fixed[-1] = fixed[-1] @ site_T
-        self.fixed = torch.stack(fixed)  # (J+1)×4×4
-        self.axis = torch.tensor(np.array(axes), **f)
-        K = _skew(self.axis)
-        self.K, self.K2 = K, K @ K
+        fixed[-1] = fixed[-1] @ _homogeneous(_quat_to_mat(model.site_quat[site_id]), model.site_pos[site_id])
+        self._fixed = np.ascontiguousarray(np.stack(fixed))  # (J+1)×4×4
+        self._axis = np.ascontiguousarray(np.array(axes, dtype=np.float64))
         self.qpos_adr = torch.tensor(qadr)
-        self.qpos0 = torch.tensor(model.qpos0[qadr], **f)
-        self.lower = torch.tensor(np.array(ranges)[:, 0], **f)
-        self.upper = torch.tensor(np.array(ranges)[:, 1], **f)
+        self.qpos0 = torch.tensor(model.qpos0[qadr], dtype=torch.float64)
+        self.lower = torch.tensor(np.array(ranges)[:, 0], dtype=torch.float64)
+        self.upper = torch.tensor(np.array(ranges)[:, 1], dtype=torch.float64)
         self.dof = len(axes)
-
-    def _frames(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """World transform of the site (N×4×4), and every joint's world axis and anchor (N×J×3)."""
-        dtype = self.axis.dtype
-        theta = (q - self.qpos0).to(dtype)
-        s, c = theta.sin()[..., None, None], theta.cos()[..., None, None]
-        step = torch.zeros(*theta.shape, 4, 4, dtype=dtype)
-        step[..., :3, :3] = torch.eye(3, dtype=dtype) + s * self.K + (1 - c) * self.K2
-        step[..., 3, 3] = 1.0
-        n, J = theta.shape
-        # joint rotation, then the fixed transform to the next anchor: one bmm over joints
-        step = (step.transpose(0, 1).reshape(J, n * 4, 4) @ self.fixed[1:]).reshape(J, n, 4, 4).transpose(0, 1)
-        T = self.fixed[0].expand(n, 4, 4)
-        axes, anchors = [], []
-        for j in range(self.dof):
-            axes.append(T[:, :3, :3] @ self.axis[j])
-            anchors.append(T[:, :3, 3])
-            T = T @ step[:, j]
-        return T, torch.stack(axes, 1), torch.stack(anchors, 1)
 
     def forward(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Site position (N×3) and rotation matrix (N×3×3) for joint angles q (N×J)."""
-        T, _, _ = self._frames(q)
-        return T[:, :3, 3], T[:, :3, :3]
+        p, R, _ = self.jacobian(q)
+        return p, R
 
     def jacobian(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Site position, rotation, and the 6×J geometric Jacobian (linear rows first)."""
-        T, axes, anchors = self._frames(q)
-        p = T[:, :3, 3]
-        jv = torch.linalg.cross(axes, p[:, None, :] - anchors, dim=-1)
-        return p, T[:, :3, :3], torch.cat([jv, axes], -1).transpose(1, 2)
+        theta = (q.detach().to("cpu", torch.float64) - self.qpos0).numpy()
+        n = theta.shape[0]
+        pos, rot, jac = np.empty((n, 3)), np.empty((n, 3, 3)), np.empty((n, 6, self.dof))
+        _walk_chain(theta, self._fixed, self._axis, pos, rot, jac)
+        return torch.from_numpy(pos), torch.from_numpy(rot), torch.from_numpy(jac)

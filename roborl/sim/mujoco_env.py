@@ -192,7 +192,7 @@ class MujocoVecEnv(VecEnv):
             self._ctrl[:] = self._action_to_ctrl(action).numpy()[:, None, :]
         else:
             self.randomizer.controls(action, self._action_to_ctrl, self._ctrl)
-        time_before = self.state[:, 0].copy()
+        expected = self.state[:, 0] + self.control_dt
         if self._warp is not None:
             self._warp.step(self.state, self._ctrl)
         else:
@@ -200,19 +200,23 @@ class MujocoVecEnv(VecEnv):
                                nstep=self.substeps, state=self._out, sensordata=self._sensors)
             np.copyto(self.state, self._out[:, -1])
         # MuJoCo resets a diverging world to its defaults (time 0) or leaves NaNs: either way, end that
-        # episode without a reward instead of training on garbage
-        expected = time_before + self.control_dt
-        unstable = ~np.isfinite(self.state).all(1) | (self.state[:, 0] < expected - 0.5 * self.model.opt.timestep)
-        unstable = torch.from_numpy(unstable)
-        if unstable.any():
+        # episode without a reward instead of training on garbage (a row's sum is finite iff all of it is,
+        # short of overflow, which is divergence too)
+        late = self.state[:, 0] < expected - 0.5 * self.model.opt.timestep
+        unstable_rows = ~np.isfinite(self.state.sum(1)) | late
+        any_unstable = bool(unstable_rows.any())
+        unstable = torch.from_numpy(unstable_rows)
+        if any_unstable:
             self._state_t[unstable] = self.initial_state
         self.state_version += 1
         self.elapsed += 1
 
         ev = self._evaluate()
-        reward = ev["reward"].float().masked_fill(unstable, 0.0)
-        success = ev["success"] & ~unstable
-        terminated = ev.get("terminated", torch.zeros(self.num_envs, dtype=torch.bool)) | unstable
+        reward, success = ev["reward"].float(), ev["success"]
+        terminated = ev.get("terminated", torch.zeros(self.num_envs, dtype=torch.bool))
+        if any_unstable:
+            reward, success = reward.masked_fill(unstable, 0.0), success & ~unstable
+            terminated = terminated | unstable
         task_terminated = terminated
         for hook in self.termination_hooks:  # wrappers that end episodes on what this step's labels mean
             terminated = terminated | hook(ev["labels"], ev.get("reward_terms")).cpu()
@@ -226,7 +230,7 @@ class MujocoVecEnv(VecEnv):
             info["cost"] = ev["cost"].float()
             self.episode_cost += info["cost"]
         done = terminated | truncated
-        if done.any():
+        if done.numpy().any():
             info["final_obs"] = self._obs()
             info["episode"] = {
                 "return": self.episode_return.clone(), "length": self.elapsed.clone(),

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from roborl.sim.errors import SimError
-from roborl.sim.kinematics import SerialChain
+from roborl.sim.kinematics import SerialChain, damped_least_squares
 from roborl.sim.mujoco_env import MujocoVecEnv
 
 ASSETS = Path(__file__).parent / "assets"
@@ -111,12 +111,7 @@ class ArmEnv(MujocoVecEnv):
         """Damped least-squares joint step toward `target` with the gripper pointing down, from the TCP
         pose (p, R) and Jacobian J at q; the null space pulls toward the home posture."""
         rot_err = 0.5 * torch.linalg.cross(R, self.down.expand_as(R), dim=1).sum(-1)
-        err = torch.cat([target - p, rot_err], -1)
-        JJt = J @ J.transpose(1, 2) + damping**2 * torch.eye(6, dtype=J.dtype)
-        J_pinv = J.transpose(1, 2) @ torch.linalg.inv(JJt)
-        dq = (J_pinv @ err[..., None]).squeeze(-1)
-        null = torch.eye(7, dtype=J.dtype) - J_pinv @ J
-        return dq + (null @ (0.1 * (HOME - q))[..., None]).squeeze(-1)
+        return damped_least_squares(torch.cat([target - p, rot_err], -1), J, 0.1 * (HOME - q), damping)
 
     def _arm_obs(self) -> torch.Tensor:
         return torch.cat([self.arm_q, 0.1 * self.qvel[:, :7], self.gripper_gap[:, None] * 10, self.tcp], -1)
