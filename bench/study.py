@@ -1,6 +1,7 @@
-"""Helpers shared by the benchmarks: reuse finished runs, find when a learning curve first reaches a target,
-time envs alike, and write a benchmark's results page under docs/results/ (markdown + JSON + PNG, with the
-command, the date, the hardware and the seeds), which is never edited by hand."""
+"""Helpers shared by the benchmarks: reuse finished runs, run a `roborl` stage in its own process, record the
+VLA demos, find when a learning curve first reaches a target, time envs alike, and write a benchmark's results
+page under docs/results/ (markdown + JSON + PNG, with the command, the date, the hardware and the seeds), which is
+never edited by hand."""
 from __future__ import annotations
 
 import json
@@ -20,6 +21,8 @@ from roborl.plots import plot_bars, plot_curves
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
+VLA_DEMO_ARGS = ["LangTabletopFixed-ReachPushLift", "--episode-length", "60", "--episodes", "900", "--envs", "30",
+                 "--noise", "0.3", "--dart"]
 
 
 def run_once(run_dir: Path, name: str, reuse: bool, start: Callable[[], dict]) -> dict:
@@ -120,3 +123,34 @@ def write_index(out: Path = RESULTS) -> None:
         "the command, the date, the hardware and the seeds behind its numbers.", "",
         "| page | measured | command |", "|---|---|---|", *rows,
         *(["", "Not measured here yet (each writes its page when it runs):", "", *missing] if missing else [])]) + "\n")
+
+
+def run_stage(args: list[str], log: Path) -> dict:
+    """One `roborl` command in its own process (exits with a line naming its log if it fails); its peak RSS."""
+    env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "roborl.cli", *args], cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"`roborl {' '.join(args)}` failed; see {log}")
+    return {"peak_mib": usage.ru_maxrss / 1024}
+
+
+def record_vla_demos(runs: Path, images: bool, lerobot: bool = False) -> Path:
+    """The scripted demos (900 episodes) the SFT stages learn from, recorded once per run dir; for LeRobot's
+    policies as a LeRobot v3 dataset."""
+    demos = runs / ("demos_lerobot" if lerobot else "demos" if images else "demos_state")
+    if not (demos / "demos.hdf5").exists() and not (demos / "meta" / "info.json").exists():
+        print(f"recording {demos.name} ...", flush=True)
+        fmt = ["--format", "lerobot"] if lerobot else []
+        run_stage(["demos", *VLA_DEMO_ARGS, *(["--rgb"] if images else []), *fmt, "--out", str(demos), "--quiet"],
+                  runs / f"{demos.name}.log")
+    return demos
+
+
+def pretraining_stage(init: str | None) -> str | None:
+    """The stage whose weights a config starts from (its `policy.init` or `residual.base:
+    runs/<stage>/checkpoints/...`), e.g. the SFT a family's few-shot SFT or its RL starts from; None if none."""
+    parts = Path(init).parts if init else ()
+    return parts[1] if len(parts) > 3 and parts[0] == "runs" and parts[2] == "checkpoints" else None

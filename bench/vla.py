@@ -32,13 +32,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from study import write_results
+from study import pretraining_stage, record_vla_demos, run_stage, write_results
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from roborl.config import load_config
@@ -46,20 +43,6 @@ from roborl.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = {name: f"mujoco/LangTabletopFixed-{name.capitalize()}" for name in ("reach", "push", "lift")}
-DEMO_ARGS = ["LangTabletopFixed-ReachPushLift", "--episode-length", "60", "--episodes", "900", "--envs", "30",
-             "--noise", "0.3", "--dart"]
-
-
-def run_stage(args: list[str], log: Path) -> dict:
-    """One `roborl` command in its own process (exits with a line naming its log if it fails); its peak RSS."""
-    env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "roborl.cli", *args], cwd=ROOT, env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(proc.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"`roborl {' '.join(args)}` failed; see {log}")
-    return {"peak_mib": usage.ru_maxrss / 1024}
 
 
 def frames_per_second(run: Path) -> float | None:
@@ -82,24 +65,6 @@ def per_task(checkpoints: list[Path], out: Path, episodes: int, log: Path) -> di
     scores = {name: report["tasks"][task]["success"] for name, task in TASKS.items()}
     scores["average"] = report["aggregate"]["success"]
     return scores
-
-
-def record_demos(runs: Path, images: bool, lerobot: bool = False) -> Path:
-    """The scripted demos (900 episodes) the SFT stages learn from, recorded once per run dir; for LeRobot's
-    policies as a LeRobot v3 dataset."""
-    demos = runs / ("demos_lerobot" if lerobot else "demos" if images else "demos_state")
-    if not (demos / "demos.hdf5").exists() and not (demos / "meta" / "info.json").exists():
-        print(f"recording {demos.name} ...", flush=True)
-        fmt = ["--format", "lerobot"] if lerobot else []
-        run_stage(["demos", *DEMO_ARGS, *(["--rgb"] if images else []), *fmt, "--out", str(demos), "--quiet"],
-                  runs / f"{demos.name}.log")
-    return demos
-
-
-def pretraining_stage(init: str | None) -> str | None:
-    """The SFT stage whose weights a family's SFT starts from (its `policy.init: runs/<stage>/checkpoints/...`)."""
-    parts = Path(init).parts if init else ()
-    return parts[1] if len(parts) > 3 and parts[0] == "runs" and parts[2] == "checkpoints" else None
 
 
 def stage(name: str, command: list[str], runs: Path, reuse: bool) -> dict:
@@ -142,8 +107,8 @@ def main() -> None:
             sft_cfg = load_config(ROOT / f"configs/{sft_name}.yaml")
         except UserError as exc:
             raise SystemExit(f"bench/vla.py: family '{family}': {exc}") from None
-        demos = record_demos(runs, "rgb" in sft_cfg.env.obs_mode,  # flow_state: state only
-                             lerobot=sft_cfg.policy.kind == "lerobot")
+        demos = record_vla_demos(runs, "rgb" in sft_cfg.env.obs_mode,  # flow_state: state only
+                                 lerobot=sft_cfg.policy.kind == "lerobot")
         start = []
         if pre := pretraining_stage(sft_cfg.policy.init):  # flow_vla_fewshot: the backbone of sft_flow_vla
             stage(pre, ["bc", f"configs/{pre}.yaml", f"bc.demos={demos}", *common], runs, a.reuse)

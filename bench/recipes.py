@@ -1,0 +1,313 @@
+"""Recipe cards: every shipped recipe (configs/*.yaml) trained over several training seeds, each seed in its own
+`roborl train` process (`--jobs` of them side by side, as bench/vla.py trains its seeds).
+
+Prints and writes one row per recipe: its final deterministic eval success (the last eval of each run) as IQM and
+mean with 95% bootstrap CIs over the seeds (roborl/stats.py), how many seeds reached the recipe's success threshold
+within its time budget, the median env steps and minutes to it, and every seed's own final success. A recipe that
+starts from a BC or SFT checkpoint (`policy.init` / `residual.base: runs/<stage>/checkpoints/...`) gets it first,
+as bench/flow_rl.py and bench/vla.py do: scripted demos, then `roborl bc configs/<stage>.yaml`, trained once with
+seed 0 and shared by all seeds. A recipe whose simulator or device is missing here is listed as not run. Writes
+`docs/results/recipes.{md,json,png}` (the png: mean final success per recipe).
+
+Usage: python bench/recipes.py [--recipes NAME ...] [--run-dir runs/recipes] [--jobs 2] [--reuse]
+       [--seeds N] [--max-minutes M]   (--seeds and --max-minutes for smoke tests only: the page says so)
+Each seed runs at most its recipe's budget (RECIPES: 10–40 minutes for the MuJoCo recipes, 10–120 for the VLA
+ones, 75 for ManiSkill's PushCube), and most end sooner at their `train.total_steps` or `train.stop_at_success`.
+All of them on 2 CPU cores: at most about 31 hours for the MuJoCo recipes (5 seeds), 36 for the VLA ones and 5
+for ManiSkill's (3 seeds) with --jobs 1, fewer with --jobs 2; each BC or SFT prerequisite adds minutes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from study import RESULTS, first_reaching, pretraining_stage, record_vla_demos, run_once, run_stage, write_results
+
+from roborl.config import Config, load_config
+from roborl.demos import demos_file, record_demos
+from roborl.stats import summarize
+
+
+class Recipe(NamedTuple):
+    seeds: int  # training seeds 0 .. seeds-1
+    threshold: float | None  # the eval success the documentation says the recipe reaches; None: it states none
+    minutes: float  # the time budget of each seed (train.max_minutes)
+
+
+# Budgets are the config's train.max_minutes unless said otherwise. Thresholds: the targets the recipes are held
+# to, or what the documentation's results pages say they reach.
+RECIPES: dict[str, Recipe] = {
+    "ppo_reach": Recipe(5, 0.80, 10),  # tests/test_training.py: >= 0.8 after 80k of its 300k steps
+    "ppo_push": Recipe(5, 0.90, 20),
+    "ppo_pickplace": Recipe(5, 0.80, 15),  # the target: >= 0.80 within 15 minutes
+    "ppo_stack": Recipe(5, 0.80, 30),  # the target: >= 0.80 within 30 minutes
+    "ppo_reachavoid": Recipe(5, 0.95, 10),  # docs/results/shield.md: 1.000; no max_minutes, docs/guides/safety.md:
+    #                                         "about 3 minutes per run on 2 CPU cores"
+    "ppo_shielded_reachavoid": Recipe(5, 0.95, 10),  # shield.md: 0.987; budget as ppo_reachavoid
+    "ppo_lagrangian_reachavoid": Recipe(5, 0.95, 15),  # shield.md: 1.000; no max_minutes, 1M steps (2.5x the others')
+    "rm_sequence": Recipe(5, 0.90, 20),  # docs/results/reward_machines.md: 1.000, >= 90% after 704k steps (1.5 min)
+    "ppo_sequence_sparse": Recipe(5, 0.90, 20),  # rm_sequence's bar; reward_machines.md: 0.000 in 2M steps, so the
+    #                                              card shows how many seeds learn the sparse task at all
+    "ppo_push_dr": Recipe(5, 0.90, 40),
+    "dppo_push": Recipe(5, 0.90, 25),  # bench/flow_rl.py and docs/guides/generative-rl.md: each mode to >= 90%
+    "flow_noise_push": Recipe(5, 0.90, 20),  # as dppo_push
+    "flow_sde_push": Recipe(5, 0.90, 20),  # as dppo_push
+    "fpo_push": Recipe(5, 0.90, 25),  # the target: >= 0.90
+    "residual_ppo_pickplace": Recipe(5, 0.95, 30),  # docs/guides/residual.md measures steps to 90% and 95%; its
+    #                                                 stop_at_success 0.96
+    "residual_sac_pickplace": Recipe(5, 0.95, 30),  # as residual PPO; stop_at_success 0.99
+    "residual_ppo_push_bcflow": Recipe(5, None, 30),  # residual.md states no success for it
+    "ppo_pi0_tabletop": Recipe(3, 0.45, 20),  # docs/results/vla.md: RL average 0.47 [0.45, 0.48]; threshold: the
+    #                                           CI's lower end rounded down to 0.05
+    "grpo_pi0_tabletop": Recipe(3, 0.45, 20),  # vla.md: 0.46 [0.45, 0.47]
+    "ppo_smolvla_tabletop": Recipe(3, 0.35, 20),  # vla.md: 0.40 [0.37, 0.42]
+    "grpo_smolvla_tabletop": Recipe(3, 0.35, 20),  # vla.md: 0.40 [0.38, 0.43]
+    "ppo_flow_vla": Recipe(3, None, 20),  # docs/guides/vla.md and vla.md state no success for the flow and token
+    "grpo_flow_vla": Recipe(3, None, 20),  # VLAs' recipes (vla.md holds pi0 and SmolVLA only)
+    "residual_ppo_flow_vla": Recipe(3, None, 20),
+    "ppo_token_vla": Recipe(3, None, 25),
+    "grpo_token_vla": Recipe(3, None, 25),
+    "residual_ppo_token_vla": Recipe(3, None, 20),
+    "ppo_flow_vla_fewshot": Recipe(3, None, 120),
+    "grpo_flow_vla_fewshot": Recipe(3, None, 120),
+    "ppo_token_vla_fewshot": Recipe(3, None, 120),
+    "grpo_token_vla_fewshot": Recipe(3, None, 120),
+    "ppo_flow_state": Recipe(3, None, 10),
+    "grpo_flow_state": Recipe(3, None, 10),
+    "ppo_maniskill_pushcube": Recipe(3, 0.90, 75),  # docs/guides/simulators.md: stops at 90% or after 75 minutes
+    "ppo_maniskill_pickcube_gpu": Recipe(3, 0.95, 30),  # its stop_at_success (ManiSkill's baseline settings); no
+    #                                                    max_minutes: 30 bounds 50M steps on one GPU
+}
+# Not in the table: ppo_gym_pusher (Pusher-v5 reports no success); residual_act_pickplace (its base is a LeRobot
+# directory exported from bc_act_pickplace, a step no benchmark runs); bc_* and sft_* (prerequisites, trained here).
+NOT_CARDS = {"ppo_gym_pusher": "Gymnasium's Pusher-v5 reports no success",
+             "residual_act_pickplace": "its base is a LeRobot ACT directory exported from bc_act_pickplace"}
+ROOT = Path(__file__).resolve().parents[1]
+DEMO_EPISODES = 200  # scripted demos of a state-based BC prerequisite, as bench/flow_rl.py records them
+
+
+def unavailable(cfg: Config) -> str | None:
+    """Why the recipe cannot run on this machine (ManiSkill does not import, no CUDA GPU), or None."""
+    if cfg.train.device.startswith("cuda") and not torch.cuda.is_available():
+        return f"needs a CUDA GPU (train.device: {cfg.train.device})"
+    if cfg.env.id.startswith("maniskill/"):
+        check = subprocess.run([sys.executable, "-c", "import mani_skill.envs"], capture_output=True, text=True)
+        if check.returncode != 0:
+            last = (check.stderr.strip().splitlines() or [f"exit code {check.returncode}"])[-1]
+            return f"ManiSkill does not import ({last})"
+    return None
+
+
+def demos_for(cfg: Config, runs: Path) -> Path:
+    """The demos a BC / SFT stage learns from, recorded once per run dir: as bench/vla.py for the LangTabletop
+    SFTs, as bench/flow_rl.py (the task's scripted expert, DEMO_EPISODES episodes) for the others."""
+    if cfg.env.id.startswith("mujoco/LangTabletop"):
+        return record_vla_demos(runs, "rgb" in cfg.env.obs_mode, lerobot=cfg.policy.kind == "lerobot")
+    demos = runs / f"demos_{cfg.env.id.split('/')[-1].lower()}"
+    if not demos_file(demos).is_file():
+        print(record_demos(cfg.env.id, DEMO_EPISODES, demos, progress=False), flush=True)
+    return demos
+
+
+def train_stage(args: list[str], runs: Path, name: str) -> dict:
+    """`roborl ARGS` in its own process (study.run_stage, as bench/vla.py runs its stages), logged to
+    runs/name.log; the run's summary."""
+    run_stage(args, runs / f"{name}.log")
+    return json.loads((runs / name / "summary.json").read_text())
+
+
+def start_from(cfg: Config, runs: Path, reuse: bool, common: list[str], trained: dict[str, dict]) -> list[str]:
+    """Overrides pointing `policy.init` / `residual.base` at the stage they name, trained first in `runs`."""
+    starts = []
+    for key, value in (("policy.init", cfg.policy.init), ("residual.base", cfg.residual.base)):
+        if stage := pretraining_stage(value):
+            starts.append(f"{key}={prerequisite(stage, runs, reuse, common, trained)}")
+    return starts
+
+
+def prerequisite(stage: str, runs: Path, reuse: bool, common: list[str], trained: dict[str, dict]) -> Path:
+    """BC / SFT stage `stage` (seed 0 of configs/<stage>.yaml, after its own prerequisite, on its demos), trained
+    once per call of the bench and shared by every seed of every recipe that starts from it; its best checkpoint."""
+    if stage not in trained:
+        cfg = load_config(ROOT / "configs" / f"{stage}.yaml", common)
+        args = ["bc", f"configs/{stage}.yaml", f"bc.demos={demos_for(cfg, runs)}",
+                *start_from(cfg, runs, reuse, common, trained), *common, "train.seed=0", f"train.name={stage}"]
+        print(f"prerequisite {stage} ...", flush=True)
+        trained[stage] = run_once(runs, stage, reuse, lambda: train_stage(args, runs, stage))
+    return runs / stage / "checkpoints" / "best.safetensors"
+
+
+def train_seeds(config: str, seeds: list[int], minutes: float, start: list[str], runs: Path, reuse: bool,
+                common: list[str], jobs: int) -> list[dict]:
+    """One `roborl train` per training seed, `jobs` side by side (one torch thread each); their summaries."""
+    threads = ["train.threads=1"] if jobs > 1 else []
+
+    def one(seed: int) -> dict:
+        name = f"{config}_seed{seed}"
+        args = ["train", f"configs/{config}.yaml", *start, *common, *threads, f"train.seed={seed}",
+                f"train.name={name}", f"train.max_minutes={minutes:g}"]
+        summary = run_once(runs, name, reuse, lambda: train_stage(args, runs, name))
+        print(f"{name}: final success {summary['success_rate']:.3f}, {summary['env_steps']:,} env steps, "
+              f"{summary['wall_time_s'] / 60:.1f} min", flush=True)
+        return summary
+
+    with ThreadPoolExecutor(jobs) as pool:
+        return list(pool.map(one, seeds))
+
+
+def median_to(reached: list[tuple[float, float] | None], index: int) -> float | None:
+    """Median over all seeds of the steps (index 0) or seconds (1) to the threshold, a seed that never reached it
+    counting as never; None when the median seed never reached it."""
+    value = statistics.median([r[index] if r else float("inf") for r in reached])
+    return None if value == float("inf") else value
+
+
+def card(config: str, recipe: Recipe, seeds: list[int], summaries: list[dict]) -> dict:
+    """A recipe's row: final success over the seeds, seeds reaching the threshold, medians to it, each seed's run."""
+    finals = [s["success_rate"] for s in summaries]
+    reached = [first_reaching(s["eval_history"], recipe.threshold) if recipe.threshold is not None else None
+               for s in summaries]
+    steps, seconds = median_to(reached, 0), median_to(reached, 1)
+    return {"recipe": config, "config": f"configs/{config}.yaml", "seeds": seeds, "threshold": recipe.threshold,
+            "budget_minutes": recipe.minutes, **summarize([finals]), "final_success": finals,
+            "reached": sum(r is not None for r in reached) if recipe.threshold is not None else None,
+            "median_env_steps_to_threshold": steps,
+            "median_minutes_to_threshold": seconds / 60 if seconds is not None else None,
+            "runs": [{"seed": seed, "final_success": s["success_rate"], "best_success": s["best_success_rate"],
+                      "env_steps": s["env_steps"], "minutes": s["wall_time_s"] / 60,
+                      "env_steps_to_threshold": r[0] if r else None, "minutes_to_threshold": r[1] / 60 if r else None,
+                      "eval_history": s["eval_history"]} for seed, s, r in zip(seeds, summaries, reached)]}
+
+
+def interval(point: float | None, ci: list[float] | None) -> str:
+    if point is None:
+        return "— (from 5 seeds)"
+    return f"{point:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+
+def table_row(row: dict) -> str:
+    budget = f"{row['budget_minutes']:g} min"
+    threshold = f"≥ {row['threshold']:.2f} in {budget}" if row["threshold"] is not None else f"none stated ({budget})"
+    head = f"| {row['recipe']} | {row.get('measured', '—')} | {len(row['seeds'])} | {threshold}"
+    if "not_run" in row:
+        return head + f" | not run: {row['not_run']} | — | — | — | — | — |"
+    reached = f"{row['reached']}/{len(row['seeds'])}" if row["reached"] is not None else "—"
+    steps = row["median_env_steps_to_threshold"]
+    minutes = row["median_minutes_to_threshold"]
+    return (head + f" | {reached} | {interval(row['iqm'], row['iqm_ci95'])} | {interval(row['mean'], row['ci95'])} | "
+            f"{f'{steps:,.0f}' if steps is not None else '—'} | {f'{minutes:.1f}' if minutes is not None else '—'} | "
+            + ", ".join(f"{s:.2f}" for s in row["final_success"]) + " |")
+
+
+def markdown(rows: list[dict], args: argparse.Namespace, trained: dict[str, dict]) -> list[str]:
+    """The table, what its columns mean, the prerequisites, the command reproducing each row and what was not run."""
+    lines = ["Final success: each run's last deterministic eval (`success_rate` of its summary.json, the config's "
+             "`train.eval_episodes` episodes), with the IQM (from 5 seeds on) and the mean over the training seeds and "
+             "their 95% percentile-bootstrap CIs (roborl/stats.py). Threshold: the eval success the documentation "
+             "says the recipe reaches (— where it states none), within the budget every seed ran under "
+             "(`train.max_minutes`). Reached: seeds whose eval reached the threshold. The medians count a seed that "
+             "never reached it as never (— when the median seed did not); minutes are each run's wall time, with "
+             f"{args.jobs} run{'s' if args.jobs > 1 else ''} at a time on this machine. Per-seed final success in the "
+             "order of the seeds (0, 1, …).", "",
+             "| recipe | measured | seeds | threshold | reached (k/n) | final success IQM [95% CI] | mean [95% CI] | "
+             "median env steps to threshold | median minutes to threshold | per-seed final success |",
+             "|---|---|---|---|---|---|---|---|---|---|", *map(table_row, rows)]
+    overridden = [f"`--seeds {args.seeds}` (the recipes' own: 5 or 3 seeds)" if args.seeds else "",
+                  f"`--max-minutes {args.max_minutes:g}` for every run{', prerequisites included' if trained else ''} "
+                  "instead of the recipes' budgets" if args.max_minutes else ""]
+    if any(overridden):
+        lines += ["", "**Overridden, so these numbers do not stand for the recipes:** " +
+                  "; ".join(o for o in overridden if o) + "."]
+    if trained:
+        lines += ["", "Prerequisites, each trained once (`roborl bc`, seed 0 of its own config, on scripted demos) "
+                  "and shared by all seeds of the recipes that start from it (`policy.init` or `residual.base`): " +
+                  ", ".join(f"`{name}` (best eval {s.get('best_success_rate', float('nan')):.2f})"
+                            for name, s in trained.items()) + "."]
+    extra = ([f"--seeds={args.seeds}"] if args.seeds else []) + ([f"--max-minutes={args.max_minutes:g}"]
+                                                                 if args.max_minutes else [])
+    lines += ["", "Each row again:", ""]
+    lines += [f"- {row['recipe']}: `{shlex.join(['python', 'bench/recipes.py', '--recipes', row['recipe'], *extra])}`"
+              for row in rows]
+    missing = [name for name in RECIPES if name not in {row["recipe"] for row in rows}]
+    not_run = [f"{row['recipe']}: {row['not_run']}" for row in rows if "not_run" in row]
+    if not_run:
+        lines += ["", "Not run on this machine: " + "; ".join(not_run) + "."]
+    lines += ["", "Not measured yet (each: `python bench/recipes.py --recipes NAME`): " +
+              (", ".join(missing) if missing else "none") + ".",
+              "Not recipe cards: " + "; ".join(f"{name} ({why})" for name, why in NOT_CARDS.items()) + "."]
+    return lines
+
+
+def merged_with_earlier(rows: list[dict], args: argparse.Namespace) -> list[dict]:
+    """This call's rows, each stamped with its date and command, beside the rows of the recipes an earlier call
+    measured and this one did not (from docs/results/recipes.json), in the order of RECIPES: the page grows one
+    recipe at a time. A smoke call (--seeds / --max-minutes) keeps no earlier rows."""
+    date = datetime.now(UTC).strftime("%Y-%m-%d")
+    for row in rows:
+        row["measured"] = date
+    earlier = RESULTS / "recipes.json"
+    if args.seeds or args.max_minutes or not earlier.is_file():
+        return rows
+    data = json.loads(earlier.read_text())
+    if any(data.get("overridden", {}).values()):
+        return rows
+    mine = {row["recipe"]: row for row in data["rows"] if row["recipe"] in RECIPES}
+    mine.update({row["recipe"]: row for row in rows})
+    return [mine[name] for name in RECIPES if name in mine]
+
+
+def seeds_line(rows: list[dict], override: int | None) -> str:
+    counts = sorted({len(row["seeds"]) for row in rows}, reverse=True)
+    per = " or ".join(f"{n} (0–{n - 1})" if n > 1 else "1 (0)" for n in counts)
+    note = f", set by --seeds {override}" if override else ", as each row says"
+    return f"training seeds per recipe: {per}{note}; each BC / SFT prerequisite once, seed 0"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES), metavar="NAME")
+    p.add_argument("--run-dir", default="runs/recipes")
+    p.add_argument("--jobs", type=int, default=1, help="training seeds side by side (each on one thread)")
+    p.add_argument("--reuse", action="store_true", help="keep the runs that already finished in --run-dir")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per recipe instead of its own (smoke tests)")
+    p.add_argument("--max-minutes", type=float, default=None, help="every run's budget (smoke tests)")
+    args = p.parse_args()
+    runs = Path(args.run_dir).resolve()
+    runs.mkdir(parents=True, exist_ok=True)
+    common = ["train.progress=false", f"train.run_dir={runs}"]
+    common += [f"train.max_minutes={args.max_minutes:g}"] if args.max_minutes else []
+    rows, trained = [], {}
+    for config in args.recipes:
+        recipe = RECIPES[config]._replace(seeds=args.seeds or RECIPES[config].seeds,
+                                          minutes=args.max_minutes or RECIPES[config].minutes)
+        seeds = list(range(recipe.seeds))
+        cfg = load_config(ROOT / "configs" / f"{config}.yaml", common)
+        if reason := unavailable(cfg):
+            print(f"{config}: not run: {reason}", flush=True)
+            rows.append({"recipe": config, "config": f"configs/{config}.yaml", "seeds": seeds,
+                         "threshold": recipe.threshold, "budget_minutes": recipe.minutes, "not_run": reason})
+            continue
+        start = start_from(cfg, runs, args.reuse, common, trained)
+        summaries = train_seeds(config, seeds, recipe.minutes, start, runs, args.reuse, common, args.jobs)
+        rows.append(card(config, recipe, seeds, summaries))
+    rows = merged_with_earlier(rows, args)
+    measured = {row["recipe"]: row["mean"] for row in rows if "mean" in row}
+    write_results("recipes", "Recipe cards: every shipped recipe over training seeds", markdown(rows, args, trained),
+                  {"rows": rows, "prerequisites": trained, "jobs": args.jobs,
+                   "overridden": {"seeds": args.seeds, "max_minutes": args.max_minutes}},
+                  seeds=seeds_line(rows, args.seeds), bars=measured or None,
+                  plot_title="Mean final deterministic eval success over training seeds",
+                  bar_label="mean final success")
+
+
+if __name__ == "__main__":
+    main()
