@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,3 +38,20 @@ def test_a_benchmark_writes_its_page_data_and_plot(study, tmp_path: Path, plot: 
     assert "[Safe RL](shield.md)" in index
     assert "`python bench/throughput.py`" in index.split("Not measured here yet")[1]
     assert "`python bench/shield.py`" not in index.split("Not measured here yet")[1]
+
+
+def test_rsl_rl_trains_on_our_vecenv_through_the_benchmark_adapter(monkeypatch):
+    """bench/throughput.py's peer: rsl_rl's own OnPolicyRunner iterates on our env through the thin adapter."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    from peer_adapters import RslRlAdapter, rsl_rl_train_cfg
+    from rsl_rl.runners import OnPolicyRunner
+
+    from roborl import sim
+
+    env = RslRlAdapter(sim.make("mujoco/Push", 8))
+    runner = OnPolicyRunner(env, rsl_rl_train_cfg([32, 32], "tanh", 0.6, 16, 2, 2, 1e-3, 0.9, 0.95), log_dir=None)
+    before = [p.clone() for p in runner.alg.actor.parameters()]
+    runner.learn(2)
+    assert any(not torch.equal(a, b) for a, b in zip(before, runner.alg.actor.parameters()))
+    assert env.episode_length_buf.max() <= env.max_episode_length
+    env.close()

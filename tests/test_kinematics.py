@@ -2,7 +2,7 @@ import mujoco
 import numpy as np
 import torch
 
-from roborl.sim.kinematics import SerialChain
+from roborl.sim.kinematics import SerialChain, damped_least_squares
 from roborl.tasks.arm import ASSETS
 
 
@@ -31,3 +31,19 @@ def test_joint_limits_are_the_panda_datasheet():
     upper = torch.tensor([2.8973, 1.7628, 2.8973, -0.0698, 2.8973, 3.7525, 2.8973], dtype=torch.float64)
     assert torch.allclose(chain.upper, upper)
     assert torch.allclose(chain.lower[3], torch.tensor(-3.0718, dtype=torch.float64))
+
+
+def test_damped_least_squares_is_the_pseudo_inverse_step_with_a_null_space_bias():
+    gen = torch.Generator().manual_seed(1)
+    jac = torch.randn(5, 6, 7, dtype=torch.float64, generator=gen)
+    err = torch.randn(5, 6, dtype=torch.float64, generator=gen)
+    bias = torch.randn(5, 7, dtype=torch.float64, generator=gen)
+    damping = 0.05
+    dq = damped_least_squares(err, jac, bias, damping)
+    pinv = jac.transpose(1, 2) @ torch.linalg.inv(jac @ jac.transpose(1, 2) + damping**2 * torch.eye(6, dtype=jac.dtype))
+    null = torch.eye(7, dtype=jac.dtype) - pinv @ jac
+    expected = (pinv @ err[..., None] + null @ bias[..., None]).squeeze(-1)
+    torch.testing.assert_close(dq, expected, rtol=1e-10, atol=1e-10)
+    # undamped, the step reaches the task-space error exactly whatever the bias: the bias lives in J's null space
+    exact = damped_least_squares(err, jac, bias, 1e-7)
+    torch.testing.assert_close((jac @ exact[..., None]).squeeze(-1), err, rtol=0, atol=1e-8)

@@ -153,6 +153,34 @@ def test_anneal_lr_decays_the_policy_lr_linearly(tmp_path):
     assert torch.allclose(torch.tensor(lrs), torch.tensor([1e-3, 7.5e-4, 5e-4, 2.5e-4]))
 
 
+@pytest.mark.parametrize("overrides, update", [([], "all"), (["train.update_threads=3"], 3),
+                                               (["resources.env_workers=2"], 1)])
+def test_the_update_takes_the_cores_the_idle_simulator_leaves(tmp_path, monkeypatch, overrides, update):
+    """Rollouts keep train.threads; the update gets every core (the local physics threads are idle then), an
+    explicit train.update_threads, or train.threads where Ray env workers go on stepping envs meanwhile."""
+    cfg = load_config(REACH, [f"train.run_dir={tmp_path}", "train.name=threads", "env.num_envs=8",
+                              "train.rollout_steps=4", "train.total_steps=64", "train.eval_every=100",
+                              "train.eval_episodes=2", "train.eval_envs=2", "train.video=false",
+                              "train.progress=false", "train.threads=1", *overrides])
+    seen = {"collect": [], "update": []}
+    monkeypatch.setattr(runner_module, "make_collector", lambda cfg, device: collectors_module.LocalCollector(
+        collectors_module.make_run_env(cfg, cfg.env.num_envs, cfg.train.seed, device)))
+    runner = Runner(cfg)
+    def threads_seen(phase: str, fn):
+        def call(*args):
+            if not (phase == "update" and args):  # the update calls itself on its buffer
+                seen[phase].append(torch.get_num_threads())
+            return fn(*args)
+        return call
+
+    for phase in seen:
+        monkeypatch.setattr(runner.algo, phase, threads_seen(phase, getattr(runner.algo, phase)))
+    runner.train()
+    expected = (os.cpu_count() or 1) if update == "all" else update
+    assert seen["collect"] == [1, 1] and seen["update"] == [expected, expected]
+    assert torch.get_num_threads() == 1
+
+
 def test_one_env_per_process_simulator_is_evaluated_in_its_training_envs(tmp_path, monkeypatch):
     """Isaac Lab allows one env per process: the trainer must not build a second one for evaluation, and
     training goes on from fresh episodes after each evaluation."""
