@@ -164,6 +164,7 @@ class LeRobotPolicy(DPPOChain, ExecutedChunk, Policy):
         self.steps, self.rl_mode = steps, rl_mode
         self.noise_min, self.noise_max, self.noise_level = noise_min, noise_max, noise_level
         self.state_keys = [k for k in STATE_KEYS if k in config.input_features]
+        self._tokens: dict[str, torch.Tensor] = {}  # instruction -> its token ids (encode_text), made once each
         if self.type == "smolvla":
             self.action_dim = config.max_action_dim  # the chain's dims: SmolVLA's padded ones
             width = self.lerobot.model.vlm_with_expert.config.text_config.hidden_size
@@ -243,17 +244,22 @@ class LeRobotPolicy(DPPOChain, ExecutedChunk, Policy):
 
     def encode_text(self, instructions: list[str], device: torch.device) -> torch.Tensor:
         """SmolVLA's instruction tokens as its preprocessor makes them, padded to its tokenizer_max_length with
-        TEXT_PAD (N×L; fixed L, so rollouts of different instructions stack)."""
+        TEXT_PAD (N×L; fixed L, so rollouts of different instructions stack). A task has a few instructions and
+        a rollout repeats them at every step, so each is tokenized once and kept."""
         from lerobot.utils.constants import OBS_LANGUAGE_ATTENTION_MASK, OBS_LANGUAGE_TOKENS
 
         if self.type != "smolvla":
             return torch.zeros(len(instructions), 0, dtype=torch.long, device=device)
-        raw = {key: torch.zeros(len(instructions), self.state_dim) for key in self.state_keys}
-        raw["task"] = list(instructions)
-        batch = self.preprocessor(raw)
-        ids = batch[OBS_LANGUAGE_TOKENS].long().masked_fill(~batch[OBS_LANGUAGE_ATTENTION_MASK].bool(), TEXT_PAD)
-        length = self.config.tokenizer_max_length
-        return F.pad(ids[:, :length], (0, max(0, length - ids.shape[1])), value=TEXT_PAD).to(device)
+        new = [text for text in dict.fromkeys(instructions) if text not in self._tokens]
+        if new:
+            raw = {key: torch.zeros(len(new), self.state_dim) for key in self.state_keys}
+            raw["task"] = new
+            batch = self.preprocessor(raw)
+            ids = batch[OBS_LANGUAGE_TOKENS].long().masked_fill(~batch[OBS_LANGUAGE_ATTENTION_MASK].bool(), TEXT_PAD)
+            length = self.config.tokenizer_max_length
+            ids = F.pad(ids[:, :length], (0, max(0, length - ids.shape[1])), value=TEXT_PAD).cpu()
+            self._tokens.update(zip(new, ids))
+        return torch.stack([self._tokens[text] for text in instructions]).to(device)
 
     def text_ids(self, obs: dict) -> torch.Tensor:
         if "text_ids" in obs:
