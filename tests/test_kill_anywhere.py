@@ -21,10 +21,12 @@ KILLS = 12
 
 
 def kill_at(proc: subprocess.Popen, seconds: float, checkpoints, during_write: bool) -> None:
-    """SIGKILL `proc` after `seconds`, or (`during_write`) at the first moment a checkpoint is being written."""
-    deadline = time.time() + (30 if during_write else seconds)
+    """SIGKILL `proc` after `seconds`, or (`during_write`) at the first moment a checkpoint is being written over
+    an earlier one: the kill that could lose the whole run if saving were not atomic. How long a run takes to
+    reach its first checkpoint depends on the machine (imports, compiled kernels), so these kills wait for it."""
+    deadline = time.time() + (120 if during_write else seconds)
     while time.time() < deadline and proc.poll() is None:
-        if during_write and any(checkpoints.glob(".*.tmp-*")):
+        if during_write and (checkpoints / "last.safetensors").exists() and any(checkpoints.glob(".*.tmp-*")):
             break
         time.sleep(0.0005 if during_write else 0.01)
     if proc.poll() is None:
