@@ -67,6 +67,8 @@ if .venv/bin/python -c "import sys; sys.exit(sys.version_info < (3, 12))"; then
 else
   "${PIP[@]}" install --no-deps "lerobot==0.4.4"
 fi
+# a LeRobot plugin robot that needs no hardware, which tests/test_lerobot_robot.py drives through the bridge
+"${PIP[@]}" install --no-deps "lerobot-robot-dummy==1.0.1"
 # openpi's own robot-side client, which the tests drive `roborl serve` with; without its dependencies: it pins
 # numpy < 2, which its websocket client does not need (and roborl's other dependencies do not allow)
 "${PIP[@]}" install --no-deps "openpi-client==0.1.2"
