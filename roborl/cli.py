@@ -51,7 +51,7 @@ def _demos(args: argparse.Namespace) -> int:
     try:
         result = record_demos(env_id, args.episodes, record_to, num_envs=args.envs, seed=args.seed, rgb=args.rgb,
                               render_size=(args.size, args.size), action_noise=args.noise, progress=not args.quiet,
-                              episode_length=args.episode_length, dart=args.dart)
+                              episode_length=args.episode_length, dart=args.dart, camera=args.camera)
         if args.format == "lerobot":
             result = {**result, **write_dataset(record_to, args.out, progress=not args.quiet)}
     finally:
@@ -119,6 +119,14 @@ def _eval_suite(args: argparse.Namespace, settings: dict) -> int:
         if args.out:
             write_report(report, out)
     print(json.dumps(report) if args.json else markdown(report), end="\n" if args.json else "")
+    return 0
+
+
+def _reward_classifier(args: argparse.Namespace) -> int:
+    from roborl.reward_classifier import train_reward_classifier
+
+    print(json.dumps(train_reward_classifier(args.demos, args.out, epochs=args.epochs, holdout=args.holdout,
+                                             seed=args.seed, progress=not args.quiet)))
     return 0
 
 
@@ -203,6 +211,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--envs", type=int, default=16, help="environments recorded in parallel")
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode's initial state")
     p.add_argument("--rgb", action="store_true", help="also record obs/rgb frames")
+    p.add_argument("--camera", help="with --rgb: the scene's camera to record (default: the task's, 'front')")
     p.add_argument("--size", type=int, default=64, help="rgb frame size")
     p.add_argument("--noise", type=float, default=0.0, help="std of Gaussian noise added to the expert's actions")
     p.add_argument("--dart", action="store_true",
@@ -227,6 +236,15 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON line")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_eval)
+    p = sub.add_parser("reward-classifier", help="train a success classifier on labelled camera frames (the reward "
+                                                 "of real-world RL)")
+    p.add_argument("demos", help="a demos file (or its directory) with obs/rgb, e.g. from `roborl demos TASK --rgb`")
+    p.add_argument("--out", required=True, help="directory for reward_classifier.safetensors")
+    p.add_argument("--epochs", type=int, default=8, help="passes over the training frames")
+    p.add_argument("--holdout", type=float, default=0.25, help="fraction of episodes held out to measure accuracy")
+    p.add_argument("--seed", type=int, default=0, help="split and initialization seed")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_reward_classifier)
     p = sub.add_parser("export", help="export a checkpoint to one TorchScript or ONNX file (+ metadata JSON), or a "
                                       "pi0 / LeRobot policy to its own pretrained directory")
     p.add_argument("checkpoint", help="a checkpoint written by `roborl train` or `roborl bc` (.safetensors)")

@@ -38,7 +38,8 @@ def demos_file(path: str | Path) -> Path:
 @torch.no_grad()
 def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16, seed: int = 0,
                  rgb: bool = False, render_size: tuple[int, int] = (64, 64), action_noise: float = 0.0,
-                 progress: bool = True, episode_length: int | None = None, dart: bool = False) -> dict:
+                 progress: bool = True, episode_length: int | None = None, dart: bool = False,
+                 camera: str | None = None) -> dict:
     """Runs the task's scripted expert on `num_envs` envs until `episodes` episodes have ended and writes
     them (successful or not) to `out/demos.hdf5`. `action_noise` adds Gaussian noise to the expert's
     actions (a sloppier demonstrator). With `dart` the noisy action is executed but the expert's own is
@@ -53,7 +54,9 @@ def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16
     if dart and action_noise <= 0:
         raise UserError("--dart records the expert's action while a noisy one is executed: give it --noise > 0")
     length = {} if episode_length is None else {"episode_length": episode_length}
-    env = sim.make(env_id, num_envs, seed=seed, obs_mode="rgb" if rgb else "state", render_size=render_size, **length)
+    view = {} if camera is None else {"camera": camera}
+    env = sim.make(env_id, num_envs, seed=seed, obs_mode="rgb" if rgb else "state", render_size=render_size, **length,
+                   **view)
     expert = tasks.EXPERTS[env_id](env)
     gen = torch.Generator().manual_seed(seed)
     path = demos_file(out)

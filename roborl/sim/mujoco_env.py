@@ -71,6 +71,9 @@ class MujocoVecEnv(VecEnv):
         self.group_size = self._check_group_size(group_size, num_envs)
         self.critic_state = critic_state
         self.model = mujoco.MjModel.from_xml_path(str(model_path))
+        if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, camera) < 0:
+            names = [self.model.camera(i).name for i in range(self.model.ncam)]
+            raise SimError(f"unknown camera '{camera}'; the scene's cameras: {', '.join(names)}")
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.substeps = substeps

@@ -1,0 +1,136 @@
+"""A learned success detector on camera frames, the reward of real-world RL where no simulator computes one
+(HIL-SERL's binary reward classifier): P(success | frame) from a small CNN, trained on labelled frames.
+
+The frames and labels come from a demos file with `obs/rgb` (`roborl demos TASK --rgb`, or frames of a
+real cell written in the same layout): a frame is labelled with the task's success flag of the state it
+shows (the flag after the previous step; the first frame of an episode is a failure). Episodes, not
+frames, are split into training and held-out sets, so the held-out accuracy measures frames of episodes
+the classifier never saw. Both classes are sampled equally in training.
+
+`roborl reward-classifier DEMOS --out DIR` trains one and writes `DIR/reward_classifier.safetensors` with its
+settings and accuracies in the file's metadata; `RewardClassifier.load(path)` reads it back.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+from torch import nn
+from tqdm import tqdm
+
+from roborl.demos import demos_file
+from roborl.errors import UserError
+from roborl.policies.cnn import CNNEncoder
+
+FILE = "reward_classifier.safetensors"
+
+
+class RewardClassifier(nn.Module):
+    def __init__(self, height: int, width: int, hidden: int = 128) -> None:
+        super().__init__()
+        self.size = (height, width)
+        self.encoder = CNNEncoder(height, width, hidden)
+        self.head = nn.Linear(hidden, 1)
+
+    def forward(self, rgb: torch.Tensor) -> torch.Tensor:
+        """Logits of success for N×H×W×3 uint8 frames."""
+        return self.head(self.encoder(rgb)).squeeze(-1)
+
+    @torch.no_grad()
+    def success_prob(self, rgb: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """P(success) per frame (N×H×W×3 uint8, or one H×W×3 frame)."""
+        rgb = torch.as_tensor(np.asarray(rgb))
+        single = rgb.dim() == 3
+        prob = torch.sigmoid(self(rgb[None] if single else rgb))
+        return prob[0] if single else prob
+
+    @classmethod
+    def load(cls, path: str | Path) -> RewardClassifier:
+        path = Path(path)
+        path = path / FILE if path.is_dir() else path
+        try:
+            with safe_open(str(path), "pt") as f:
+                meta = json.loads(f.metadata()["reward_classifier"])
+            model = cls(*meta["size"], meta["hidden"])
+            model.load_state_dict(load_file(str(path)))
+        except (OSError, KeyError, ValueError, RuntimeError, SafetensorError) as exc:
+            raise UserError(f"'{path}' is not a reward classifier written by `roborl reward-classifier` ({exc})") from exc
+        model.metadata = meta
+        return model.eval()
+
+
+def labelled_frames(path: str | Path) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(frames T×H×W×3 uint8, labels T bool) per episode of a demos file with frames."""
+    path = demos_file(path)
+    if not path.exists():
+        raise UserError(f"no demos file at '{path}'; record one with `roborl demos TASK --rgb --out DIR`")
+    episodes = []
+    with h5py.File(path, "r") as f:
+        for name in sorted(f["data"], key=lambda n: int(n.split("_")[-1])):
+            demo = f["data"][name]
+            if "rgb" not in demo["obs"]:
+                raise UserError(f"'{path}' has no obs/rgb frames: record them with `roborl demos TASK --rgb`")
+            success = np.asarray(demo["success"], bool)
+            episodes.append((np.asarray(demo["obs"]["rgb"]), np.concatenate([[False], success[:-1]])))
+    return episodes
+
+
+def _accuracy(model: RewardClassifier, frames: np.ndarray, labels: np.ndarray, batch: int = 512) -> float:
+    hits = sum(int(((model.success_prob(frames[i:i + batch]) > 0.5).numpy() == labels[i:i + batch]).sum())
+               for i in range(0, len(frames), batch))
+    return hits / max(len(frames), 1)
+
+
+def train_reward_classifier(demos: str | Path, out: str | Path, *, epochs: int = 8, holdout: float = 0.25,
+                            batch_size: int = 64, lr: float = 3e-4, seed: int = 0, progress: bool = True) -> dict:
+    """Trains on the demos' episodes but a held-out `holdout` fraction; returns and stores the accuracies."""
+    episodes = labelled_frames(demos)
+    if not 0 < holdout < 1:
+        raise UserError(f"--holdout must be in (0, 1), got {holdout}")
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(episodes))
+    n_held = max(1, round(holdout * len(episodes)))
+    held, train = [episodes[i] for i in order[:n_held]], [episodes[i] for i in order[n_held:]]
+    frames, labels = (np.concatenate([e[i] for e in train]) for i in (0, 1))
+    held_frames, held_labels = (np.concatenate([e[i] for e in held]) for i in (0, 1))
+    if len(train) == 0 or labels.all() or not labels.any():
+        raise UserError(f"the training episodes of '{demos}' need frames of both success and failure "
+                        f"({int(labels.sum())} of {len(labels)} are successes); record more varied episodes")
+    torch.manual_seed(seed)
+    model = RewardClassifier(*frames.shape[1:3])
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    weights = torch.as_tensor(np.where(labels, 0.5 / labels.sum(), 0.5 / (~labels).sum()))  # both classes equally
+    steps = epochs * len(frames) // batch_size
+    gen = torch.Generator().manual_seed(seed)
+    frames_t, labels_t = torch.as_tensor(frames), torch.as_tensor(labels, dtype=torch.float32)
+    model.train()
+    for _ in tqdm(range(steps), desc="reward classifier", disable=not progress):
+        idx = torch.multinomial(weights, batch_size, replacement=True, generator=gen)
+        batch = frames_t[idx]
+        shift = torch.randint(-2, 3, (2,), generator=gen)  # small camera shifts: robust to a re-mounted camera
+        batch = torch.roll(batch, shifts=(int(shift[0]), int(shift[1])), dims=(1, 2))
+        loss = nn.functional.binary_cross_entropy_with_logits(model(batch), labels_t[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    model.eval()
+    result = {"train_accuracy": _accuracy(model, frames, labels), "heldout_accuracy": _accuracy(model, held_frames, held_labels),
+              "train_frames": len(frames), "heldout_frames": len(held_frames), "heldout_episodes": len(held),
+              "heldout_success_frames": int(held_labels.sum()), "size": list(frames.shape[1:3]), "hidden": 128}
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / FILE
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp),
+                  metadata={"reward_classifier": json.dumps(result)})
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {**result, "path": str(path)}
