@@ -62,3 +62,13 @@ class ReplayBuffer:
             self.data[key] = torch.zeros((self.capacity, *value.shape[1:]), dtype=value.dtype, device=self.device)
             self.data[key][:len(value)] = value.to(self.device)
         self.pos, self.size = state["pos"], state["size"]
+
+
+def sample_mixed(online: ReplayBuffer, offline: ReplayBuffer, batch_size: int, offline_fraction: float = 0.5,
+                 generator: torch.Generator | None = None) -> dict:
+    """RLPD's symmetric sampling (Ball et al. 2023, as HIL-SERL trains): `offline_fraction` of the batch from
+    the demonstrations and interventions, the rest from all online data; all online while `offline` is empty."""
+    n_offline = round(batch_size * offline_fraction) if len(offline) else 0
+    parts = [buf.sample(n, generator) for buf, n in ((online, batch_size - n_offline), (offline, n_offline)) if n]
+    return {key: ({k: torch.cat([p[key][k] for p in parts]) for k in parts[0][key]} if isinstance(parts[0][key], dict)
+                  else torch.cat([p[key] for p in parts])) for key in parts[0]}

@@ -8,6 +8,11 @@ gone or refuses a request, the robot is stopped and the loop ends. `estop()` sto
 from any thread. The shields of the artifact's metadata run on every executed action with the newest
 state, stateful ones included (those the artifact could not contain).
 
+An operator with a teleop device (`teleop`, roborl/robot/teleop.py) takes over whenever their device returns
+an action: the loop executes it instead of the policy's, through the same shields, and marks the step as an
+intervention in the records it hands to `on_step` (one per executed action: the observation, the executed
+action, whether the operator commanded it), from which real-world RL builds its transitions.
+
 A robot with `clocked = True` paces the loop (observe() returns at its next sample); otherwise the loop
 keeps its own schedule of absolute deadlines, so periods do not drift.
 """
@@ -27,9 +32,19 @@ import torch
 from roborl.deploy.client import PolicyRejected, PolicyUnavailable
 from roborl.robot.ensemble import TemporalEnsembler
 from roborl.robot.interface import RobotInterface
+from roborl.robot.teleop import TeleopDevice
 from roborl.shields.specs import build_shields
 
 Policy = Callable[[dict[str, np.ndarray]], np.ndarray]  # one observation -> chunk K×A in [-1, 1]
+
+
+@dataclass
+class StepRecord:
+    """One executed control period: what the robot observed, the action it executed (after the shields)
+    and whether the operator commanded it."""
+    obs: dict[str, np.ndarray]
+    action: np.ndarray
+    intervened: bool
 
 
 @dataclass
@@ -43,6 +58,7 @@ class LoopReport:
     held: int = 0  # ticks without any action (the robot held its pose)
     overruns: int = 0  # ticks whose work took longer than the period
     shield_interventions: int = 0
+    interventions: int = 0  # steps the operator's teleop device commanded
     stopped_at: float | None = None  # time.monotonic() of robot.stop()
     detail: str = ""
 
@@ -55,17 +71,19 @@ class LoopReport:
                 "jitter_ms_p99": float(np.percentile(jitter, 99)), "jitter_ms_max": float(jitter.max()),
                 "policy_ms_p50": float(np.percentile(lat, 50)), "policy_ms_p99": float(np.percentile(lat, 99)),
                 "late": self.late, "held": self.held, "overruns": self.overruns,
-                "shield_interventions": self.shield_interventions}
+                "shield_interventions": self.shield_interventions, "interventions": self.interventions}
 
 
 class ControlLoop:
     def __init__(self, robot: RobotInterface, policy: Policy, metadata: dict, *, shield: bool = True,
                  ensemble_weight: float | None = None, query_every: int | None = None, deadline: float = 0.6,
-                 stop_after: float | None = None) -> None:
+                 stop_after: float | None = None, teleop: TeleopDevice | None = None,
+                 on_step: Callable[[StepRecord], None] | None = None) -> None:
         """`ensemble_weight`: temporal ensembling with that m, querying every step; None: execute each chunk
         open loop (as in training) and query every `query_every` (default: the chunk length) steps.
         `deadline`: fraction of the period a tick waits for a fresh chunk. `stop_after`: seconds without
-        any action before the watchdog stops the robot (default: two periods)."""
+        any action before the watchdog stops the robot (default: two periods). `teleop`: an operator's device
+        that takes over when it returns an action. `on_step`: called with each executed step's record."""
         self.robot, self.policy, self.metadata = robot, policy, metadata
         self.dt = float(metadata["env"]["control_dt"])
         chunk = int(metadata["action"]["chunk"])
@@ -76,6 +94,7 @@ class ControlLoop:
         specs = metadata["shields"]["specs"] if shield else []
         self.shield = build_shields(specs) if specs else None
         self.history: deque[np.ndarray] = deque(maxlen=self.history_len)
+        self.teleop, self.on_step = teleop, on_step
         self.stopped = threading.Event()
         self.report = LoopReport(control_dt=self.dt)
         self._stop_lock = threading.Lock()
@@ -163,6 +182,9 @@ class ControlLoop:
                         self.ensembler.add(asked_at, np.asarray(chunk).reshape(-1, chunk.shape[-1]))
                         pending = None
                 action = self.ensembler.action(step)
+                operator = self.teleop.poll(obs) if self.teleop is not None else None
+                if operator is not None:
+                    action = operator
                 if action is None:
                     report.held += 1
                     starved_since = starved_since or tick
@@ -173,7 +195,11 @@ class ControlLoop:
                     self.robot.hold()
                 else:
                     starved_since = None
-                    self.robot.act(self._shielded(obs, action.astype(np.float32)))
+                    executed = self._shielded(obs, action.astype(np.float32))
+                    self.robot.act(executed)
+                    report.interventions += operator is not None
+                    if self.on_step is not None:
+                        self.on_step(StepRecord(obs, executed, operator is not None))
                 report.steps += 1
                 if time.monotonic() - tick > self.dt:
                     report.overruns += 1
