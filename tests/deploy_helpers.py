@@ -41,3 +41,13 @@ def write_checkpoint(tmp_path: Path, kind: str, seed: int = 0) -> Path:
     path = tmp_path / f"{kind}.safetensors"
     save_checkpoint(path, policy, None, config_to_dict(cfg), {"step": 0})
     return path
+
+
+def running_twin(env_id: str):
+    """A twin of `env_id` in its own process for the duration of a fixture; yields its URI."""
+    from roborl.robot.twin import TwinSettings, start_twin
+
+    proc, uri = start_twin(TwinSettings(env_id=env_id, command_timeout=0.5))
+    yield uri
+    proc.kill()
+    proc.wait()

@@ -7,14 +7,14 @@ import time
 
 import numpy as np
 import pytest
-from deploy_helpers import write_checkpoint
+from deploy_helpers import running_twin, write_checkpoint
 
 from roborl.deploy.client import PolicyClient
 from roborl.deploy.export import export_checkpoint
 from roborl.deploy.server import start_server
 from roborl.robot import ControlLoop, TemporalEnsembler
 from roborl.robot.control_loop import client_policy
-from roborl.robot.twin import TwinRobot, TwinSettings, start_twin
+from roborl.robot.twin import TwinRobot
 
 SPHERE, RADIUS = np.array([0.5, 0.0, 0.2]), 0.07
 TCP = slice(15, 18)
@@ -34,10 +34,7 @@ def test_temporal_ensembling_is_the_weighted_mean_of_overlapping_chunks():
 
 @pytest.fixture(scope="module")
 def twin():
-    proc, uri = start_twin(TwinSettings(env_id="mujoco/ReachAvoid", command_timeout=0.5))
-    yield uri
-    proc.kill()
-    proc.wait()
+    yield from running_twin("mujoco/ReachAvoid")
 
 
 @pytest.fixture(scope="module")

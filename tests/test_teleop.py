@@ -6,12 +6,13 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from deploy_helpers import running_twin
 
 from roborl.replay import ReplayBuffer, sample_mixed
 from roborl.robot import ControlLoop
 from roborl.robot.hil import HILBuffers
 from roborl.robot.teleop import ScriptedOperator
-from roborl.robot.twin import TwinRobot, TwinSettings, start_twin
+from roborl.robot.twin import TwinRobot
 
 METADATA = {"env": {"control_dt": 0.05}, "action": {"chunk": 1}, "observation": {"state": {}}, "shields": {"specs": []}}
 TO_GOAL = slice(21, 24)  # Reach's state ends with the goal and the TCP's offset to it
@@ -19,10 +20,7 @@ TO_GOAL = slice(21, 24)  # Reach's state ends with the goal and the TCP's offset
 
 @pytest.fixture(scope="module")
 def twin():
-    proc, uri = start_twin(TwinSettings(env_id="mujoco/Reach", command_timeout=0.5))
-    yield uri
-    proc.kill()
-    proc.wait()
+    yield from running_twin("mujoco/Reach")
 
 
 def steer_to_goal():
