@@ -172,3 +172,18 @@ def test_a_lost_connection_or_a_missing_arm_is_one_clear_error(fr3):
         FrankaRobot(host, EE, dynamics=1.5)
     with pytest.raises(FrankaError, match="controller 'joint_vel'"):
         FrankaRobot(host, {**EE, "env": {"controller": "joint_vel", "control_dt": 0.05}})
+
+
+def test_joint_delta_actions_move_the_fr3s_joints(fr3):
+    host, _ = fr3
+    metadata = {**EE, "env": {"controller": "joint_delta_pos", "control_dt": 0.05},
+                "action": {"chunk": 1, "scale": [0.15] * 7 + [0.02], "offset": [0.0] * 7 + [0.02]}}
+    robot = FrankaRobot(host, metadata)
+    robot.connect()
+    start = robot.reset()["state"][:7].copy()
+    step = np.r_[0.5, 0, 0, 0, 0, 0, -0.5, 1.0].astype(np.float32)  # joint 1 forward, joint 7 back
+    report = ControlLoop(robot, lambda obs: step[None], metadata).run(20)
+    moved = robot.observe()["state"][:7] - start
+    print(f"\njoint change after 20 steps of ±0.075 rad: {np.round(moved, 3)}")
+    assert report.reason == "done", report.detail
+    assert moved[0] > 0.15 and moved[6] < -0.15 and np.abs(moved[1:6]).max() < 0.02  # within the dynamics limits
