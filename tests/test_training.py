@@ -35,11 +35,9 @@ def scalars(run_dir, tag):
 
 
 @pytest.mark.learning
-def test_ppo_learns_reach(tmp_path):
-    proc = roborl("train", REACH, f"train.run_dir={tmp_path}", "train.name=learn", "train.total_steps=80000",
-                  "train.eval_every=5", "train.video_envs=2", "train.progress=false")
+def test_ppo_learns_reach(reach_run):
+    run, proc = reach_run
     assert proc.returncode == 0, proc.stderr[-2000:]
-    run = tmp_path / "learn"
     summary = json.loads((run / "summary.json").read_text())
     for key in ("success_rate", "mean_return", "env_steps", "wall_time_s"):
         assert key in summary

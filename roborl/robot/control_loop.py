@@ -18,6 +18,7 @@ keeps its own schedule of absolute deadlines, so periods do not drift.
 """
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections import deque
@@ -144,6 +145,7 @@ class ControlLoop:
 
     def run(self, steps: int) -> LoopReport:
         """Runs `steps` control periods (or until stopped) and returns the report (accumulated over runs)."""
+        gc.freeze()  # what exists now is never scanned again: a full collection of a big heap would stall ticks
         report, pool = self.report, ThreadPoolExecutor(1, thread_name_prefix="policy")
         pending: tuple[Future, int, float] | None = None
         starved_since: float | None = None

@@ -22,6 +22,7 @@ which serves the same libfranka protocol on a loopback address (`franky-sim -s m
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -86,6 +87,7 @@ class FrankaRobot(RobotInterface):
         self.proprio: dict[str, np.ndarray] = {}
         self._lock, self._stopped = threading.Lock(), threading.Event()
         self._gripper_target: float | None = None
+        self._gripper_future = None  # franky's future of the gripper command in flight
         self._robot = self._gripper = None
 
     # ---- connection ---------------------------------------------------------------------------
@@ -147,23 +149,30 @@ class FrankaRobot(RobotInterface):
         command = self.scale * np.clip(np.asarray(action, float), -1, 1) + self.offset
         if self.controller == "ee_delta_pos":
             target = np.clip(self.proprio["tcp"] + command[:3], TCP_LOW, TCP_HIGH)
-            motion = franky.CartesianMotion(franky.Affine(target, DOWN), franky.ReferenceType.Absolute)
+            motion = lambda: franky.CartesianMotion(franky.Affine(target, DOWN), franky.ReferenceType.Absolute)  # noqa: E731
         else:
             q = command[:7] + (self.proprio["q"] if self.controller == "joint_delta_pos" else 0.0)
-            motion = franky.JointMotion(franky.JointState(np.clip(q, JOINT_LOWER, JOINT_UPPER)))
+            target = np.clip(q, JOINT_LOWER, JOINT_UPPER)
+            motion = lambda: franky.JointMotion(franky.JointState(target))  # noqa: E731
         with self._lock:
-            self._call("moving", lambda: self._robot.move(motion, asynchronous=True))
+            self._call("moving", lambda: self._robot.move(motion(), asynchronous=True))
             self._command_gripper(2 * float(command[-1]))  # the action commands each finger's opening
 
     def _command_gripper(self, width: float) -> None:
+        """Sends the newest commanded width once the gripper is free and the width changed by a centimetre. The
+        gripper runs one command at a time, and franky's future of a running one must be kept (dropping it
+        waits for the command to end), so a command while one runs waits for a later period."""
+        if self._gripper_future is not None and not self._gripper_future.wait(0):
+            return
         if self._gripper_target is not None and abs(width - self._gripper_target) < 0.01:
             return
         closing = self._gripper_target is not None and width < self._gripper_target
         self._gripper_target = width
         if closing:  # grasp with any width in [0, width + 8 cm] counting as held, so the force stays on
-            self._call("grasping", lambda: self._gripper.grasp_async(0.0, GRIPPER_SPEED, GRASP_FORCE, 0.0, 0.08))
+            self._gripper_future = self._call(
+                "grasping", lambda: self._gripper.grasp_async(0.0, GRIPPER_SPEED, GRASP_FORCE, 0.0, 0.08))
         else:
-            self._call("opening the gripper", lambda: self._gripper.move_async(width, GRIPPER_SPEED))
+            self._gripper_future = self._call("opening the gripper", lambda: self._gripper.move_async(width, GRIPPER_SPEED))
 
     def _stop_motion(self):
         """A motion that brings the current one to rest within the dynamics limits, of the controller's type."""
@@ -200,6 +209,8 @@ class FrankaRobot(RobotInterface):
             motion = franky.JointMotion(franky.JointState(HOME))
             error = lambda state: np.abs(np.asarray(state.q) - HOME).max()  # noqa: E731
         with self._lock:
+            with contextlib.suppress(*franky_errors(), RuntimeError):  # collect what the last motion raised (a
+                self._robot.join_motion(0.5)                       # planner failure, a stop's preemption)
             self._call("recovering", self._robot.recover_from_errors)
             self._call("moving home", lambda: self._start(motion))
             deadline = time.monotonic() + timeout
@@ -210,6 +221,9 @@ class FrankaRobot(RobotInterface):
                                       "away); check for an obstacle or a reflex in Desk and reset again")
                 time.sleep(0.01)
             self._call("stopping the gripper", self._gripper.stop)  # a grasp holds its force until stopped
+            if self._gripper_future is not None:
+                self._gripper_future.wait(2.0)  # ended by the stop; only then may it be dropped
+                self._gripper_future = None
             self._call("opening the gripper", lambda: self._gripper.move(2 * self.offset[-1] + 2 * self.scale[-1],
                                                                           GRIPPER_SPEED))
         self._gripper_target = None
