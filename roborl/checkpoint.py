@@ -64,6 +64,12 @@ def save_checkpoint(path: str | Path, policy: torch.nn.Module, algo_state: dict 
     tensors.update(algo_tensors)
     metadata = {"format": FORMAT, "config": json.dumps(config), "trainer_state": json.dumps(trainer_state),
                 "algo": json.dumps(algo_meta)}
+    write_safetensors(path, tensors, metadata)
+
+
+def write_safetensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """`tensors` and `metadata` as a safetensors file, written to a temporary file, synced and renamed over
+    `path`: a reader (or a kill) never sees half a file."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         save_file(tensors, str(tmp), metadata=metadata)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from roborl.sim.batch import concat
+
 
 class ReplayBuffer:
     """(obs, action, reward, next_obs, terminated) for N envs per `add`; `next_obs` of an env whose
@@ -70,5 +72,4 @@ def sample_mixed(online: ReplayBuffer, offline: ReplayBuffer, batch_size: int, o
     the demonstrations and interventions, the rest from all online data; all online while `offline` is empty."""
     n_offline = round(batch_size * offline_fraction) if len(offline) else 0
     parts = [buf.sample(n, generator) for buf, n in ((online, batch_size - n_offline), (offline, n_offline)) if n]
-    return {key: ({k: torch.cat([p[key][k] for p in parts]) for k in parts[0][key]} if isinstance(parts[0][key], dict)
-                  else torch.cat([p[key] for p in parts])) for key in parts[0]}
+    return concat(parts)

@@ -13,17 +13,17 @@ settings and accuracies in the file's metadata; `RewardClassifier.load(path)` re
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import h5py
 import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 from tqdm import tqdm
 
+from roborl.checkpoint import write_safetensors
 from roborl.demos import demos_file
 from roborl.errors import UserError
 from roborl.policies.cnn import CNNEncoder
@@ -126,11 +126,6 @@ def train_reward_classifier(demos: str | Path, out: str | Path, *, epochs: int =
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / FILE
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp),
-                  metadata={"reward_classifier": json.dumps(result)})
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_safetensors(path, {k: v.contiguous() for k, v in model.state_dict().items()},
+                      {"reward_classifier": json.dumps(result)})
     return {**result, "path": str(path)}

@@ -51,3 +51,13 @@ def running_twin(env_id: str):
     yield uri
     proc.kill()
     proc.wait()
+
+
+def exported_artifact(tmp_path_factory, kind: str, fmt: str = "torchscript") -> Path:
+    """An untrained `kind` policy (POLICIES) written as a checkpoint and exported to `fmt`, for a module fixture."""
+    from roborl.deploy.export import export_checkpoint
+
+    tmp = tmp_path_factory.mktemp(kind)
+    path = tmp / f"{kind}.{'onnx' if fmt == 'onnx' else 'pt'}"
+    export_checkpoint(write_checkpoint(tmp, kind), fmt, path)
+    return path

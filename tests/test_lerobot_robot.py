@@ -3,13 +3,12 @@ that needs no hardware, discovered through LeRobot's own `make_robot_from_config
 feature, exactly the commands the exported policy computes for the state the bridge observed."""
 import numpy as np
 import pytest
-from deploy_helpers import write_checkpoint
+from deploy_helpers import exported_artifact
 from lerobot.robots.utils import make_robot_from_config
 from lerobot_robot_dummy import DummyFollowerConfig
 
 from roborl.deploy.artifact import Artifact
 from roborl.deploy.client import PolicyClient
-from roborl.deploy.export import export_checkpoint
 from roborl.deploy.server import start_server
 from roborl.robot import ControlLoop
 from roborl.robot.control_loop import client_policy
@@ -21,10 +20,7 @@ GOAL = np.array([0.6, 0.1, 0.2])
 
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("lerobot_robot")
-    path = tmp / "joint_reach.pt"
-    export_checkpoint(write_checkpoint(tmp, "joint_reach"), "torchscript", path)
-    return path
+    return exported_artifact(tmp_path_factory, "joint_reach")
 
 
 def reach_state(obs: dict) -> np.ndarray:

@@ -7,10 +7,9 @@ import time
 
 import numpy as np
 import pytest
-from deploy_helpers import running_twin, write_checkpoint
+from deploy_helpers import exported_artifact, running_twin
 
 from roborl.deploy.client import PolicyClient
-from roborl.deploy.export import export_checkpoint
 from roborl.deploy.server import start_server
 from roborl.robot import ControlLoop, TemporalEnsembler
 from roborl.robot.control_loop import client_policy
@@ -39,10 +38,7 @@ def twin():
 
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("robot")
-    path = tmp / "reach_avoid.pt"
-    export_checkpoint(write_checkpoint(tmp, "reach_avoid"), "torchscript", path)
-    return path
+    return exported_artifact(tmp_path_factory, "reach_avoid")
 
 
 def connected(uri: str, seed: int, clocked: bool = True) -> TwinRobot:

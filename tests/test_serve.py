@@ -5,20 +5,17 @@ import threading
 import msgpack
 import numpy as np
 import pytest
-from deploy_helpers import write_checkpoint
+from deploy_helpers import exported_artifact
 
 from roborl.deploy.artifact import Artifact
 from roborl.deploy.client import PolicyClient, PolicyRejected, PolicyUnavailable
-from roborl.deploy.export import export_checkpoint
 from roborl.deploy.server import start_server
 from roborl.wire import pack, unpack
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("serve")
-    path = tmp / "flow.onnx"
-    export_checkpoint(write_checkpoint(tmp, "flow"), "onnx", path)
+    path = exported_artifact(tmp_path_factory, "flow", "onnx")
     proc, uri = start_server(path, "--token", "s3cret")
     yield Artifact(path), uri
     proc.kill()

@@ -145,7 +145,7 @@ class ControlLoop:
 
     def run(self, steps: int) -> LoopReport:
         """Runs `steps` control periods (or until stopped) and returns the report (accumulated over runs)."""
-        gc.freeze()  # what exists now is never scanned again: a full collection of a big heap would stall ticks
+        gc.freeze()  # while it runs, what exists now is not scanned: a full collection of a big heap would stall ticks
         report, pool = self.report, ThreadPoolExecutor(1, thread_name_prefix="policy")
         pending: tuple[Future, int, float] | None = None
         starved_since: float | None = None
@@ -217,6 +217,7 @@ class ControlLoop:
                     report.detail += " (and stopping the robot failed)"
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
+            gc.unfreeze()  # what the loop froze is collectable again once it ends
         return report
 
 

@@ -149,13 +149,12 @@ class FrankaRobot(RobotInterface):
         command = self.scale * np.clip(np.asarray(action, float), -1, 1) + self.offset
         if self.controller == "ee_delta_pos":
             target = np.clip(self.proprio["tcp"] + command[:3], TCP_LOW, TCP_HIGH)
-            motion = lambda: franky.CartesianMotion(franky.Affine(target, DOWN), franky.ReferenceType.Absolute)  # noqa: E731
+            motion = franky.CartesianMotion(franky.Affine(target, DOWN), franky.ReferenceType.Absolute)
         else:
             q = command[:7] + (self.proprio["q"] if self.controller == "joint_delta_pos" else 0.0)
-            target = np.clip(q, JOINT_LOWER, JOINT_UPPER)
-            motion = lambda: franky.JointMotion(franky.JointState(target))  # noqa: E731
+            motion = franky.JointMotion(franky.JointState(np.clip(q, JOINT_LOWER, JOINT_UPPER)))
         with self._lock:
-            self._call("moving", lambda: self._robot.move(motion(), asynchronous=True))
+            self._call("moving", lambda: self._robot.move(motion, asynchronous=True))
             self._command_gripper(2 * float(command[-1]))  # the action commands each finger's opening
 
     def _command_gripper(self, width: float) -> None:
