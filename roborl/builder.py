@@ -258,7 +258,8 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
             raise UserError("env.action_chunk > 1 needs a chunk-predicting policy (policy.kind diffusion or flow)")
         image = tuple(spaces["rgb"].shape[:2]) if "rgb" in spaces else None
         return GaussianActorCritic(obs_dim, action_dim, list(cfg.hidden), cfg.activation,
-                                   cfg.init_log_std, cfg.normalize_obs, image_shape=image, cost_critic=cost_critic)
+                                   cfg.init_log_std, cfg.normalize_obs, image_shape=image, cost_critic=cost_critic,
+                                   sac=state_std)
     if cfg.kind == "pi0":
         return make_pi0_policy(cfg, env, execute)
     if cfg.kind == "lerobot":

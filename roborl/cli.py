@@ -1,6 +1,6 @@
 """`roborl train CONFIG [key=value ...]`, `roborl bc CONFIG [key=value ...]`, `roborl demos TASK`,
 `roborl eval CHECKPOINT [...] [--out DIR]`, `roborl export CHECKPOINT`, `roborl serve ARTIFACT`,
-`roborl twin [SERVER]`, `roborl envs`."""
+`roborl twin [SERVER]`, `roborl actor LEARNER`, `roborl envs`."""
 from __future__ import annotations
 
 import argparse
@@ -167,7 +167,10 @@ def _twin(args: argparse.Namespace) -> int:
         perturb = parse_perturb(args.perturb)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
-    proc, uri = start_twin(TwinSettings(env["id"], env["controller"], env["control_freq"], perturb, args.seed))
+    view = {}
+    if "rgb" in client.metadata["observation"]:  # an image policy: the twin renders the task's camera at its size
+        view = {"camera": "front", "render_size": tuple(client.metadata["observation"]["rgb"]["shape"][:2])}
+    proc, uri = start_twin(TwinSettings(env["id"], env["controller"], env["control_freq"], perturb, args.seed, **view))
     try:
         robot = TwinRobot(uri)
         robot.connect()
@@ -177,6 +180,13 @@ def _twin(args: argparse.Namespace) -> int:
         proc.kill()
         client.close()
     print(json.dumps(result))
+    return 0
+
+
+def _actor(args: argparse.Namespace) -> int:
+    from roborl.robot.actor import run_actor
+
+    run_actor(args.learner, args.episodes, args.exit_with_stdin)
     return 0
 
 
@@ -240,7 +250,7 @@ def make_parser() -> argparse.ArgumentParser:
                                                  "of real-world RL)")
     p.add_argument("demos", help="a demos file (or its directory) with obs/rgb, e.g. from `roborl demos TASK --rgb`")
     p.add_argument("--out", required=True, help="directory for reward_classifier.safetensors")
-    p.add_argument("--epochs", type=int, default=8, help="passes over the training frames")
+    p.add_argument("--epochs", type=int, default=30, help="passes over the training frames")
     p.add_argument("--holdout", type=float, default=0.25, help="fraction of episodes held out to measure accuracy")
     p.add_argument("--seed", type=int, default=0, help="split and initialization seed")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -266,6 +276,13 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode's initial state")
     p.add_argument("--perturb", nargs="*", default=[], help="e.g. object_mass=1.5 friction=0.5 latency_ms=20 obs_noise=0.01")
     p.set_defaults(func=_twin)
+    p = sub.add_parser("actor", help="the actor of a real-world RL run: steps the robot with the learner's newest "
+                                     "policy and streams its transitions (resources.actor robot)")
+    p.add_argument("learner", help="HOST:PORT the learner listens on (its robot.learner)")
+    p.add_argument("--episodes", type=int, help="stop after this many episodes (default: when the run is over)")
+    p.add_argument("--exit-with-stdin", action="store_true",
+                   help="stop the robot and exit once stdin closes (how a learner that starts its actor stops it)")
+    p.set_defaults(func=_actor)
     p = sub.add_parser("envs", help="list the available environment ids")
     p.set_defaults(func=_envs)
     return parser

@@ -1,5 +1,6 @@
-"""Where an iteration's data comes from, chosen by `resources.*`: the learner's own envs (here), or Ray env
-workers (roborl/ray_collector.py). The runner asks a collector for data and does not know which it has."""
+"""Where an iteration's data comes from, chosen by `resources.*`: the learner's own envs (here), Ray env
+workers (roborl/ray_collector.py), or a robot's actor process (roborl/robot/collector.py). The runner asks a
+collector for data and does not know which it has."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,11 +11,12 @@ from roborl.algos import algorithm_class
 from roborl.algos.base import Algorithm
 from roborl.builder import make_run_env
 from roborl.collect import EpisodeLog
+from roborl.collector import Collector
 from roborl.config import Config
 from roborl.sim import VecEnv
 
 
-class LocalCollector:
+class LocalCollector(Collector):
     """The learner's own envs, stepped in its process by the algorithm's `collect`."""
 
     def __init__(self, env: VecEnv) -> None:
@@ -23,25 +25,18 @@ class LocalCollector:
     def collect(self, algo: Algorithm, obs: dict, log: EpisodeLog) -> dict:
         return algo.collect(self.env, obs, log)
 
-    def stats(self) -> dict[str, float]:
-        """Per-iteration statistics of the collection itself, for the logs."""
-        return {}
 
-    def summary(self) -> dict:
-        """What the run's summary says of the collection."""
-        return {}
-
-    def close(self) -> None:
-        self.env.close()
-
-
-def make_collector(cfg: Config, device: torch.device) -> LocalCollector:
-    """Ray env workers where `resources.env_workers` > 0, else this process's `env.num_envs` envs; for an
-    algorithm that steps no envs (BC), the evaluation envs."""
+def make_collector(cfg: Config, device: torch.device) -> Collector:
+    """A robot's actor where `resources.actor` is robot, Ray env workers where `resources.env_workers` > 0,
+    else this process's `env.num_envs` envs; for an algorithm that steps no envs (BC), the evaluation envs."""
     t = cfg.train
     if not algorithm_class(t.algorithm).steps_envs:
         evaluation = dataclasses.replace(cfg, env=cfg.env.for_evaluation())
         return LocalCollector(make_run_env(evaluation, min(t.eval_envs, t.eval_episodes), t.seed + 1, device))
+    if cfg.resources.actor == "robot":
+        from roborl.robot.collector import RobotCollector
+
+        return RobotCollector(cfg, device)
     if cfg.resources.env_workers:
         from roborl.ray_collector import RayCollector  # Ray is imported only by the runs that use it
 

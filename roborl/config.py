@@ -162,8 +162,14 @@ class SACConfig:
     init_alpha: float = param(0.1, gt=0)  # entropy temperature, learned toward target_entropy
     target_entropy: float | None = None  # None: −action_dim
     critic_hidden: list[int] = param(factory=lambda: [256, 256], ge=1)  # widths of each Q network's hidden layers
+    critic_layer_norm: bool = False  # LayerNorm in the Q networks' hidden layers (RLPD's critics)
     actor_delay: int = param(1, ge=1)  # critic updates per actor update
     crm: bool = False  # with env.rm: store each transition as seen from every machine state (CRM)
+    # RLPD (Ball et al. 2023): demonstrations (a `roborl demos` directory) and the operator's interventions go to a
+    # buffer of their own, sampled for sac.offline_fraction of every batch
+    demos: str = ""
+    demo_episodes: int | None = param(None, ge=1)  # use only the first N demonstrations
+    offline_fraction: float = param(0.5, ge=0, le=1)  # of every batch from that buffer (all online while it is empty)
 
 
 GRPO_REWARDS = ("success", "success_at_end", "return", "return_to_go")
@@ -268,6 +274,9 @@ class ResourcesConfig:
     worker_nodes: list[str] = field(default_factory=list)
     ray_address: str | None = None  # None: start a local Ray instance; "auto" or "host:port": join that cluster
     max_restarts: int = param(3, ge=0)  # env workers that may die and be replaced before the run fails
+    # local: the envs step here (or in Ray env workers) | robot: an actor process steps a robot (the twin,
+    # franky-sim or a real arm; section `robot`) and streams its transitions to this learner (roborl/robot/actor.py)
+    actor: str = param("local", choices=("local", "robot"))
 
     def __post_init__(self) -> None:
         if self.cuda_graphs and not self.compile:
@@ -275,6 +284,35 @@ class ResourcesConfig:
         if self.async_rollouts and self.inference != "collocated":
             raise UserError("resources.async_rollouts needs resources.inference collocated (workers that act "
                             "with their own copy of the policy)")
+
+
+ROBOT_KINDS = ("twin", "franka")
+
+
+@dataclass
+class RobotConfig:
+    """Real-world RL (`resources.actor: robot`): the actor process, its robot and its episodes."""
+    kind: str = param("twin", choices=ROBOT_KINDS)  # twin (roborl's MuJoCo twin) | franka (franky: a real arm or franky-sim)
+    # twin: ws://HOST:PORT of a running twin (None: the actor starts one); franka: the arm's IP address
+    address: str | None = None
+    # the twin the actor starts: dynamics held fixed (sim.randomization fields), e.g. {object_mass: 1.5, latency_ms: 20}
+    perturb: dict[str, float] = field(default_factory=dict)
+    episode_steps: int | None = param(None, ge=1)  # control periods per episode (None: the task's episode length)
+    # success: the robot's success flag (the twin's; ends the episode) | the directory of a reward classifier
+    # (`roborl reward-classifier`), judging the camera frame after each step
+    reward: str = "success"
+    # none | keyboard | gamepad | spacemouse (roborl/robot/teleop_devices.py) | module:factory: a scripted operator,
+    # the factory returning its rule obs -> action or None (roborl/robot/teleop.py)
+    operator: str = "none"
+    # franka: the task on the cell, module:factory (roborl/robot/cell_tasks.py), e.g. roborl.robot.cell_tasks:Reach
+    task: str | None = None
+    learner: str = "127.0.0.1:0"  # HOST:PORT the learner listens on for its actor (port 0: a free one)
+    spawn_actor: bool = True  # the learner starts the actor; false: start it where the robot is, `roborl actor HOST:PORT`
+    seed: int = param(0, ge=0)  # reset seed of the first episode (the twin's initial states)
+    # scripted: the robot's own reset before each episode (the twin's, FrankaRobot's home motion) | operator: the
+    # actor also waits for the operator to reset the cell and press Enter (an actor started by hand)
+    reset: str = param("scripted", choices=("scripted", "operator"))
+    reconnect_s: float = param(300.0, gt=0)  # how long an actor that lost its learner keeps retrying before it stops
 
 
 @dataclass
@@ -288,6 +326,7 @@ class Config:
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     residual: ResidualConfig = field(default_factory=ResidualConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    robot: RobotConfig = field(default_factory=RobotConfig)
 
     def __post_init__(self) -> None:
         check_choices(self)  # keys the chosen algorithm and policy kind do not read
@@ -317,6 +356,16 @@ def check_relations(cfg: Config) -> None:
     if cfg.policy.flow_noise.min_std > cfg.policy.flow_noise.max_std:
         raise UserError(f"policy.flow_noise.min_std ({cfg.policy.flow_noise.min_std}) must be at most "
                         f"policy.flow_noise.max_std ({cfg.policy.flow_noise.max_std})")
+    if r.actor == "robot":
+        if t.algorithm != "sac":
+            raise UserError(f"resources.actor robot trains off-policy from the robot's stream: set train.algorithm "
+                            f"sac (not {t.algorithm})")
+        if cfg.robot.reset == "operator" and cfg.robot.spawn_actor:
+            raise UserError("robot.reset operator waits for Enter in the actor's terminal: set robot.spawn_actor false "
+                            "and start `roborl actor HOST:PORT` there")
+        if e.num_envs != 1 or r.env_workers or r.learners > 1:
+            raise UserError("resources.actor robot steps one robot: set env.num_envs 1, resources.env_workers 0 and "
+                            "resources.learners 1")
     if r.env_workers:
         if e.num_envs % r.env_workers:
             raise UserError(f"env.num_envs ({e.num_envs}) must be divisible by resources.env_workers "

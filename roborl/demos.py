@@ -103,7 +103,8 @@ def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16
                 obs = nxt
             env_args = {"env_id": env_id, "controller": getattr(env, "controller", None),
                         "control_freq": round(1 / env.control_dt), "episode_length": env.max_episode_steps,
-                        "obs_keys": keys, "action_dim": env.action_dim, "action_noise": action_noise,
+                        "obs_keys": keys, "camera": camera or "front" if rgb else None, "action_dim": env.action_dim,
+                        "action_noise": action_noise,
                         "dart": dart}
             data.attrs.update(total=total, env_args=json.dumps(env_args), num_episodes=written,
                               success_rate=successes / max(written, 1))
@@ -176,3 +177,45 @@ def load_demos(path: str | Path, obs_history: int = 1, horizon: int = 1, max_epi
         raise UserError(f"demonstrations '{path}' hold no {'successful ' if success_only else ''}episodes")
     return DemoWindows(torch.cat(obs_windows), torch.cat(act_windows), used, env_args, instructions,
                        torch.cat(frames) if images else None)
+
+
+def load_demo_transitions(path: str | Path, reward: str = "env", max_episodes: int | None = None,
+                          images: bool = False) -> tuple[dict, torch.Tensor, torch.Tensor, dict, torch.Tensor]:
+    """The demonstrations of a `roborl demos` directory as (obs, action, reward, next_obs, terminated)
+    transitions for an off-policy learner's demonstration buffer (RLPD). `reward`: "env" keeps the recorded
+    rewards (a simulated run, whose online reward is the env's); "success" makes it the success flag after each
+    step and ends each episode at its first success (a robot run, whose reward is success)."""
+    if reward not in ("env", "success"):
+        raise ValueError(f"reward must be env or success, got {reward!r}")
+    path = demos_file(path)
+    if not path.is_file():
+        raise UserError(f"demonstrations '{path}' do not exist; record them with: roborl demos TASK --episodes N --out DIR")
+    keys = ["state"] + (["rgb"] if images else [])
+    parts: dict[str, list] = {k: [] for k in ("obs", "next_obs", "action", "reward", "terminated")}
+    with h5py.File(path, "r") as f:
+        names = sorted(f["data"].keys(), key=lambda s: int(s.split("_")[-1]))[:max_episodes]
+        for name in names:
+            g = f["data"][name]
+            if any(f"obs/{k}" not in g for k in keys):
+                raise UserError(f"demonstrations '{path}' hold no {'images' if images else 'states'}; record them "
+                                f"with `roborl demos{' --rgb' if images else ''}`")
+            obs = {k: torch.from_numpy(g[f"obs/{k}"][()]) for k in keys}
+            success = torch.from_numpy(g["success"][()])
+            T = len(success) - 1  # the last step has no next observation on file
+            hits = success[:T].nonzero()
+            if reward == "success" and len(hits):
+                T = int(hits[0]) + 1
+            parts["obs"].append({k: v[:T] for k, v in obs.items()})
+            parts["next_obs"].append({k: v[1:T + 1] for k, v in obs.items()})
+            parts["action"].append(torch.from_numpy(g["actions"][:T]))
+            if reward == "success":
+                parts["reward"].append(success[:T].float())
+                parts["terminated"].append(success[:T].float())
+            else:
+                parts["reward"].append(torch.from_numpy(g["rewards"][:T]))
+                parts["terminated"].append(torch.zeros(T))
+    if not names:
+        raise UserError(f"demonstrations '{path}' hold no episodes")
+    cat = lambda dicts: {k: torch.cat([d[k] for d in dicts]) for k in keys}  # noqa: E731
+    return (cat(parts["obs"]), torch.cat(parts["action"]), torch.cat(parts["reward"]), cat(parts["next_obs"]),
+            torch.cat(parts["terminated"]))

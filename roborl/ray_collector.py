@@ -18,13 +18,14 @@ import torch
 
 from roborl.algos.base import Algorithm
 from roborl.collect import EpisodeLog
+from roborl.collector import Collector
 from roborl.config import Config
 from roborl.ray_vec_env import RayVecEnv
 from roborl.ray_workers import WorkerPool
 from roborl.sim.batch import concat
 
 
-class RayCollector:
+class RayCollector(Collector):
     def __init__(self, cfg: Config, device: torch.device) -> None:
         self.cfg = cfg
         self.pool = WorkerPool(cfg)

@@ -45,6 +45,8 @@ class RewardClassifier(nn.Module):
     @torch.no_grad()
     def success_prob(self, rgb: torch.Tensor | np.ndarray) -> torch.Tensor:
         """P(success) per frame (N×H×W×3 uint8, or one H×W×3 frame)."""
+        if isinstance(rgb, np.ndarray) and not rgb.flags.writeable:  # e.g. decoded from the wire
+            rgb = rgb.copy()
         rgb = torch.as_tensor(np.asarray(rgb))
         single = rgb.dim() == 3
         prob = torch.sigmoid(self(rgb[None] if single else rgb))
@@ -81,13 +83,19 @@ def labelled_frames(path: str | Path) -> list[tuple[np.ndarray, np.ndarray]]:
     return episodes
 
 
+def demos_camera(path: str | Path) -> str:
+    """The camera a demos file's frames come from (the task's default, front, for files that do not say)."""
+    with h5py.File(demos_file(path), "r") as f:
+        return json.loads(f["data"].attrs.get("env_args", "{}")).get("camera") or "front"
+
+
 def _accuracy(model: RewardClassifier, frames: np.ndarray, labels: np.ndarray, batch: int = 512) -> float:
     hits = sum(int(((model.success_prob(frames[i:i + batch]) > 0.5).numpy() == labels[i:i + batch]).sum())
                for i in range(0, len(frames), batch))
     return hits / max(len(frames), 1)
 
 
-def train_reward_classifier(demos: str | Path, out: str | Path, *, epochs: int = 8, holdout: float = 0.25,
+def train_reward_classifier(demos: str | Path, out: str | Path, *, epochs: int = 30, holdout: float = 0.25,
                             batch_size: int = 64, lr: float = 3e-4, seed: int = 0, progress: bool = True) -> dict:
     """Trains on the demos' episodes but a held-out `holdout` fraction; returns and stores the accuracies."""
     episodes = labelled_frames(demos)
@@ -122,7 +130,8 @@ def train_reward_classifier(demos: str | Path, out: str | Path, *, epochs: int =
     model.eval()
     result = {"train_accuracy": _accuracy(model, frames, labels), "heldout_accuracy": _accuracy(model, held_frames, held_labels),
               "train_frames": len(frames), "heldout_frames": len(held_frames), "heldout_episodes": len(held),
-              "heldout_success_frames": int(held_labels.sum()), "size": list(frames.shape[1:3]), "hidden": 128}
+              "heldout_success_frames": int(held_labels.sum()), "size": list(frames.shape[1:3]), "hidden": 128,
+              "camera": demos_camera(demos)}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / FILE

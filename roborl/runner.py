@@ -97,6 +97,7 @@ class Runner:
             self.last_eval, self.wall_time_prev = st.get("last_eval", {}), st.get("wall_time_s", 0.0)
             self.eval_history = st.get("eval_history", [])
             self.train_violations = st.get("train_violation_steps", 0.0)
+            self.collector.load_state_dict(st.get("collector", {}))
             run_dir = Path(st["run_dir"])
             torch.manual_seed(cfg.train.seed + self.iteration)
         elif cfg.policy.init:
@@ -138,13 +139,15 @@ class Runner:
     def trainer_state(self, wall: float) -> dict:
         return {"env_steps": self.env_steps, "step": self.step, "iteration": self.iteration, "best_score": self.best_score,
                 "lr": self.algo.lr, "run_dir": str(self.run_dir), "last_eval": self.last_eval, "wall_time_s": wall,
-                "eval_history": self.eval_history, "train_violation_steps": self.train_violations}
+                "eval_history": self.eval_history, "train_violation_steps": self.train_violations,
+                "collector": self.collector.state_dict()}
 
     def save(self, name: str, wall: float) -> Path:
         path = self.run_dir / "checkpoints" / f"{name}.safetensors"
         if self.is_main:
             save_checkpoint(path, self.policy, self.algo.state_dict(), config_to_dict(self.run_cfg),
                             self.trainer_state(wall))
+            self.collector.on_checkpoint()
         return path
 
     def run_eval(self, wall: float) -> dict[str, float]:

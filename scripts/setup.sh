@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Set-up on a fresh machine: creates .venv in the repository root if missing, installs PyTorch with torchvision
 # (unless a torch is already in .venv), then roborl with its test, bench, docs (MkDocs), warp, maniskill,
-# distributed (Ray), franka (franky), vla (transformers, peft) and lerobot extras, and LeRobot itself.
+# distributed (Ray), franka (franky), vla (transformers, peft), teleop (evdev, pyspacemouse) and lerobot extras, and
+# LeRobot itself.
 # GPU users: put a CUDA build of torch in .venv first, e.g.
 #   python3 -m venv .venv && .venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cu128
 # and this script keeps it (every later install is constrained to the torch that is there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # system packages: EGL/Mesa for headless MuJoCo rendering (eval videos, rgb observations), the MONA
-# solver that compiles LTLf formulas into reward machines, and FFmpeg's libraries, with which torchcodec
-# decodes the videos of LeRobot datasets
+# solver that compiles LTLf formulas into reward machines, FFmpeg's libraries, with which torchcodec
+# decodes the videos of LeRobot datasets, a C compiler, the kernel's input headers and Python's headers, against
+# which evdev (the teleop extra) builds, and HIDAPI, which pyspacemouse loads
 missing=()
-for pkg in libegl1 libgl1 libegl-mesa0 libgl1-mesa-dri mona ffmpeg; do
+for pkg in libegl1 libgl1 libegl-mesa0 libgl1-mesa-dri mona ffmpeg gcc linux-libc-dev python3-dev libhidapi-hidraw0; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -59,7 +61,7 @@ echo "torch==${torch_version}" > .venv/roborl/constraints.txt
 if vision_version=$(.venv/bin/python -c "import torchvision; print(torchvision.__version__.split('+')[0])" 2>/dev/null); then
   echo "torchvision==${vision_version}" >> .venv/roborl/constraints.txt
 fi
-"${PIP[@]}" install -c .venv/roborl/constraints.txt -e ".[test,bench,docs,warp,maniskill,distributed,franka,vla,lerobot]"
+"${PIP[@]}" install -c .venv/roborl/constraints.txt -e ".[test,bench,docs,warp,maniskill,distributed,franka,vla,teleop,lerobot]"
 # LeRobot (policy.kind lerobot, LeRobot datasets) without its own pins, which would replace this torch and
 # transformers 5: its newest release for Python 3.11 is 0.4.4 (roborl/policies/lerobot/compat.py)
 if .venv/bin/python -c "import sys; sys.exit(sys.version_info < (3, 12))"; then

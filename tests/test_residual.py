@@ -14,6 +14,7 @@ from roborl.builder import build
 from roborl.config import SACConfig, config_from_dict
 from roborl.errors import UserError
 from roborl.policies import ResidualPolicy
+from roborl.policies.gaussian import squashed_log_prob
 from roborl.replay import ReplayBuffer
 from roborl.runner import Runner
 from roborl.sim.base_action import BaseActionEnv
@@ -57,7 +58,7 @@ def test_squashed_log_prob_matches_torch_tanh_transform():
     keep = u.abs().max(-1).values < 6  # atanh(tanh(u)) is exact only away from saturation
     expected = reference.log_prob(torch.tanh(u)).sum(-1)
     assert keep.sum() > 50
-    torch.testing.assert_close(policy.squashed_log_prob(dist, u)[keep], expected[keep], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(squashed_log_prob(dist, u)[keep], expected[keep], atol=1e-6, rtol=1e-6)
 
 
 def _checkpoint_base(tmp_path):
@@ -215,8 +216,8 @@ def test_residual_config_errors(tmp_path):
     for data, message in bad:
         with pytest.raises(UserError, match=message):
             build(config_from_dict(data), torch.device("cpu"))
-    with pytest.raises(UserError, match="sac trains residual policies"):
-        Runner(config_from_dict({"train": {"algorithm": "sac", "run_dir": str(tmp_path)}}))
+    with pytest.raises(UserError, match="sac trains residual and gaussian policies"):
+        Runner(config_from_dict({"policy": {"kind": "diffusion"}, "train": {"algorithm": "sac", "run_dir": str(tmp_path)}}))
     with pytest.raises(UserError, match="sac.crm needs a reward machine"):
         Runner(config_from_dict({**BIASED_REACH, "train": {"algorithm": "sac", "run_dir": str(tmp_path)},
                                        "sac": {"crm": True}}))

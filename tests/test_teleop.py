@@ -1,6 +1,6 @@
 """Human interventions against the MuJoCo twin: a scripted operator takes over from the policy during part of
-each episode; the loop executes the operator's actions, marks them, and the HIL buffers put those transitions
-in both the online and the intervention buffer, which the learner samples 50/50."""
+each episode; the loop executes the operator's actions and marks them in the transitions it records; the learner
+samples its online and its demonstration buffer 50/50."""
 import itertools
 
 import numpy as np
@@ -10,7 +10,7 @@ from deploy_helpers import running_twin
 
 from roborl.replay import ReplayBuffer, sample_mixed
 from roborl.robot import ControlLoop
-from roborl.robot.hil import HILBuffers
+from roborl.robot.hil import TransitionRecorder
 from roborl.robot.teleop import ScriptedOperator
 from roborl.robot.twin import TwinRobot
 
@@ -35,29 +35,27 @@ def steer_to_goal():
     return rule
 
 
-def test_an_intervention_segment_lands_in_both_buffers_with_the_operators_actions(twin):
+def test_an_intervention_segment_is_recorded_with_the_operators_actions(twin):
     robot = TwinRobot(twin)
     robot.connect()
     start = robot.reset(seed=0)
     operator = ScriptedOperator(steer_to_goal())
-    buffers = HILBuffers(reward_fn=lambda obs: float(obs["success"]))
+    recorder = TransitionRecorder(success_fn=lambda obs: False)  # no success: all 40 steps are one episode
     policy = lambda obs: np.array([[0.0, 0.0, 0.0, 1.0]], np.float32)  # noqa: E731 (a policy that stays put)
-    loop = ControlLoop(robot, policy, METADATA, teleop=operator, on_step=buffers.record)
+    loop = ControlLoop(robot, policy, METADATA, teleop=operator, on_step=recorder.record)
     report = loop.run(40)
-    buffers.end_episode(robot.observe(), terminated=False)
+    final = robot.observe()
+    recorder.end_episode(final, loop.policy_obs(final))
     robot.close()
+    rows, episodes = recorder.take()
 
     assert report.reason == "done" and report.interventions == operator.takeovers == 15
-    assert len(buffers.online) == 40 and len(buffers.interventions) == 15
-    online, taken = (b.data for b in (buffers.online, buffers.interventions))
-    executed = online["action"][:40]
-    intervened = executed[:, :3].abs().sum(1) > 0  # the policy commands no motion; the operator does
-    assert intervened.tolist() == [10 <= t < 25 for t in range(40)]
-    torch.testing.assert_close(taken["action"][:15], executed[intervened])  # the operator's actions, both buffers
-    torch.testing.assert_close(taken["obs.state"][:15], online["obs.state"][:40][intervened])
-    assert torch.equal(online["next_obs.state"][:39], online["obs.state"][1:40])  # consecutive steps chain
+    assert len(rows["reward"]) == 40 and episodes == [{"return": 0.0, "length": 40, "interventions": 15, "success": 0.0}]
+    moved = np.abs(rows["action"][:, :3]).sum(1) > 0  # the policy commands no motion; the operator does
+    assert rows["intervened"].tolist() == moved.tolist() == [10 <= t < 25 for t in range(40)]
+    assert np.array_equal(rows["next_obs"]["state"][:39], rows["obs"]["state"][1:])  # consecutive steps chain
     start_distance = np.linalg.norm(start["state"][TO_GOAL])
-    assert np.linalg.norm(online["next_obs.state"][24, TO_GOAL].numpy()) < start_distance - 0.1  # it moved the arm
+    assert np.linalg.norm(rows["next_obs"]["state"][24, TO_GOAL]) < start_distance - 0.1  # it moved the arm
 
 
 def test_rlpd_sampling_takes_half_the_batch_from_each_buffer():

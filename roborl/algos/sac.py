@@ -3,14 +3,17 @@
 The critics are Q(features(obs), executed action); for a residual policy the features include the
 base's action, so Q judges the corrected action in the context of what the base wanted.
 
-As an algorithm (roborl/algos/base.py) SAC trains residual policies off-policy: every env step goes to a
-replay buffer, and `sac.utd_ratio` gradient updates follow each transition. The buffer is first seeded
-with `sac.seed_steps` steps of the base alone. Then, as in Policy Decorator, exploration is progressive:
-at the start of each episode an env runs the residual with probability min(t / sac.progressive_steps, 1)
-(t counted from the end of seeding) and the bare base otherwise; evaluation always runs the full residual.
+As an algorithm (roborl/algos/base.py) SAC trains residual policies and Gaussian ones (tanh-squashed, with
+a state-dependent std: roborl/policies/gaussian.py) off-policy: every env step goes to a replay buffer, and
+`sac.utd_ratio` gradient updates follow each transition, once `sac.seed_steps` steps are in. For a residual
+the seeding steps run the base alone; then, as in Policy Decorator, exploration is progressive: at the start
+of each episode an env runs the residual with probability min(t / sac.progressive_steps, 1) (t counted from
+the end of seeding) and the bare base otherwise; evaluation always runs the full residual.
 With `sac.crm` and a reward machine, each transition is stored as seen from every machine state (CRM).
+RLPD: demonstrations (`sac.demos`) and the transitions an operator commanded (`intervened` in what a robot
+actor sends, roborl/robot/actor.py) go to a second buffer, which gives `sac.offline_fraction` of every batch.
 Its checkpoint state holds the critics, target critics, temperature, the three optimizers and the filled
-part of the replay buffer, so a resumed run goes on where it stopped.
+part of both buffers, so a resumed run goes on where it stopped.
 """
 from __future__ import annotations
 
@@ -26,17 +29,19 @@ from roborl.config import Config, SACConfig
 from roborl.errors import UserError
 from roborl.policies.act import Act
 from roborl.policies.gaussian import mlp
-from roborl.replay import ReplayBuffer
+from roborl.replay import ReplayBuffer, sample_mixed
 from roborl.rm import RewardMachineEnv
 from roborl.sim import VecEnv
 from roborl.sim.batch import clone, concat, merge_rows
 
 
 class TwinQ(nn.Module):
-    def __init__(self, in_dim: int, action_dim: int, hidden: list[int]) -> None:
+    def __init__(self, in_dim: int, action_dim: int, hidden: list[int], layer_norm: bool = False) -> None:
+        """`layer_norm`: LayerNorm in the hidden layers, which keeps Q from extrapolating wildly to actions
+        the data lacks: what lets RLPD learn from few demonstrations (Ball et al. 2023)."""
         super().__init__()
-        self.q1 = mlp([in_dim + action_dim, *hidden, 1], "relu", 1.0)
-        self.q2 = mlp([in_dim + action_dim, *hidden, 1], "relu", 1.0)
+        self.q1 = mlp([in_dim + action_dim, *hidden, 1], "relu", 1.0, layer_norm)
+        self.q2 = mlp([in_dim + action_dim, *hidden, 1], "relu", 1.0, layer_norm)
 
     def forward(self, x: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         xa = torch.cat([x, action], -1)
@@ -52,7 +57,7 @@ class SAC(Algorithm):
         replay buffer and the collection."""
         super().__init__(policy, comm)
         self.cfg, self.device = cfg, device
-        self.critic = TwinQ(feature_dim, action_dim, list(cfg.critic_hidden)).to(device)
+        self.critic = TwinQ(feature_dim, action_dim, list(cfg.critic_hidden), cfg.critic_layer_norm).to(device)
         self.target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(float(cfg.init_alpha), device=device).log().requires_grad_(True)
         self.target_entropy = -float(action_dim) if cfg.target_entropy is None else cfg.target_entropy
@@ -117,9 +122,9 @@ class SAC(Algorithm):
     @classmethod
     def from_config(cls, cfg: Config, policy: nn.Module, env: VecEnv, device: torch.device,
                     comm: Comm | None = None) -> SAC:
-        if cfg.policy.kind != "residual":
-            raise UserError("train.algorithm sac trains residual policies (policy.kind residual); use ppo for "
-                            f"policy.kind {cfg.policy.kind}")
+        if cfg.policy.kind not in ("residual", "gaussian"):
+            raise UserError("train.algorithm sac trains residual and gaussian policies (policy.kind residual or "
+                            f"gaussian); use ppo for policy.kind {cfg.policy.kind}")
         crm = None
         if cfg.sac.crm:
             crm = find_wrapper(env, RewardMachineEnv)
@@ -136,6 +141,14 @@ class SAC(Algorithm):
     def start_collection(self, cfg: Config, residual_on: torch.Tensor, crm: RewardMachineEnv | None) -> None:
         self.run_cfg, self.crm = cfg, crm
         self.replay = ReplayBuffer(self.cfg.buffer_size, self.device)
+        self.offline = ReplayBuffer(self.cfg.buffer_size, self.device)  # demonstrations and interventions (RLPD)
+        self.residual = cfg.policy.kind == "residual"
+        if self.cfg.demos:
+            from roborl.demos import load_demo_transitions
+
+            reward = "success" if cfg.resources.actor == "robot" else "env"
+            self.offline.add(*load_demo_transitions(self.cfg.demos, reward, self.cfg.demo_episodes,
+                                                    images=cfg.env.obs_mode == "rgb"))
         self.collected = 0
         self.residual_on = residual_on.to(self.device)
         self.update_debt = 0.0
@@ -151,8 +164,10 @@ class SAC(Algorithm):
             self.generator = torch.Generator().manual_seed(self.run_cfg.train.seed + iteration)
 
     def act(self, obs: dict) -> Act:
-        """The residual's sample where it is on, the bare base elsewhere."""
+        """A residual's sample where it is on and the bare base elsewhere; a Gaussian policy's sample."""
         action, log_prob = self.policy.sample(obs)
+        if not self.residual:
+            return Act(action, log_prob)
         return Act(torch.where(self.residual_on[:, None], action, obs["base_action"]), log_prob)
 
     def collect(self, env: VecEnv, obs: dict, log: EpisodeLog) -> dict:
@@ -206,7 +221,9 @@ class SAC(Algorithm):
         with torch.enable_grad():
             while self.update_debt >= 1:
                 self.update_debt -= 1
-                for k, v in self.update(self.replay.sample(s.batch_size // self.comm.world, self.generator)).items():
+                batch = sample_mixed(self.replay, self.offline, s.batch_size // self.comm.world, s.offline_fraction,
+                                     self.generator)
+                for k, v in self.update(batch).items():
                     self.stats.setdefault(k, []).append(v)
 
     def rollout_part(self, obs: dict) -> dict:
@@ -215,12 +232,19 @@ class SAC(Algorithm):
                 "env_rows": self.run_cfg.train.rollout_steps * len(self.residual_on), "last_obs": obs}
 
     def absorb(self, parts: list[dict], obs: dict, log: EpisodeLog) -> None:
-        """The workers' transitions into the replay buffer, then the updates they are due."""
+        """The workers' (or a robot actor's) transitions into the replay buffer, those an operator commanded
+        (`intervened`) into the demonstration buffer too, then the updates they are due."""
         self.stats, self.collect_time = {}, 0.0
         rows = 0
         for part in parts:
             transition = part["transitions"]
             self.replay.add(*transition)
+            intervened = part.get("intervened")
+            if intervened is not None and intervened.any():
+                obs_, action, reward, next_obs, terminated = transition
+                pick = lambda d: {k: v[intervened] for k, v in d.items()}  # noqa: E731
+                self.offline.add(pick(obs_), action[intervened], reward[intervened], pick(next_obs),
+                                 terminated[intervened])
             self.policy.update_normalizer(transition[0])
             rows += part["env_rows"]
         self.collected += rows
@@ -231,7 +255,9 @@ class SAC(Algorithm):
         out = {k: sum(v) / len(v) for k, v in self.stats.items()}
         if self.collect_time > 0:
             out["collect_sps"] = self.run_cfg.train.rollout_steps * len(self.residual_on) / self.collect_time
-        out.update(residual_on=self.exploration_prob(), replay_size=float(len(self.replay)))
+        out.update(replay_size=float(len(self.replay)), offline_size=float(len(self.offline)))
+        if self.residual:
+            out["residual_on"] = self.exploration_prob()
         return out
 
     def counterfactuals(self, obs: dict, action: torch.Tensor, next_obs: dict, info: dict) -> tuple:
@@ -253,7 +279,8 @@ class SAC(Algorithm):
                 "log_alpha": self.log_alpha.detach(), "actor_opt": self.actor_opt.state_dict(),
                 "critic_opt": self.critic_opt.state_dict(), "alpha_opt": self.alpha_opt.state_dict(),
                 "updates": self.updates, "collected": self.collected, "update_debt": self.update_debt,
-                "residual_on": self.residual_on, "replay": self.replay.state_dict()}
+                "residual_on": self.residual_on, "replay": self.replay.state_dict(),
+                "offline": self.offline.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.critic.load_state_dict(state["critic"])
@@ -266,6 +293,8 @@ class SAC(Algorithm):
         self.updates, self.collected, self.update_debt = state["updates"], state["collected"], state["update_debt"]
         self.residual_on = state["residual_on"].to(self.device)
         self.replay.load_state_dict(state["replay"])
+        if "offline" in state:
+            self.offline.load_state_dict(state["offline"])
 
 
 def exploration_prob(s: SACConfig, collected: int) -> float:

@@ -64,6 +64,30 @@ def _example_obs(env, seed: int = 0) -> dict[str, torch.Tensor]:
     return {k: v for k, v in obs.items() if isinstance(v, torch.Tensor) and k in ("state", "rgb")}
 
 
+def policy_io(cfg, env) -> dict:
+    """What the robot side (roborl/robot/control_loop.py) must know of a policy of `cfg` for `env`: the control
+    rate and episode length, the observation keys, shapes and history, the action space and its scaling, and
+    the shields (with those a traced artifact holds)."""
+    from roborl.builder import shield_specs
+    from roborl.shields.specs import TRACEABLE
+
+    raw = env.unwrapped
+    obs = _example_obs(env)
+    spaces = env.observation_space.spaces
+    specs = shield_specs(cfg.env, env)
+    return {
+        "env": {"id": cfg.env.id, "controller": cfg.env.controller, "control_freq": cfg.env.control_freq,
+                "control_dt": raw.control_dt, "episode_length": raw.max_episode_steps,
+                "instruction": getattr(raw, "instruction", "")},
+        "observation": {k: {"shape": list(spaces[k].shape), "dtype": str(obs[k].numpy().dtype)} for k in obs},
+        "obs_history": cfg.env.obs_history, "state_frame_dim": raw.observation_space["state"].shape[0],
+        "action": {"dim": raw.action_dim, "chunk": cfg.env.action_chunk, "low": -1.0, "high": 1.0,
+                   **raw.action_scaling()},
+        "shields": {"specs": specs, "in_artifact": [s["type"] for s in specs if s["type"] in TRACEABLE],
+                    "robot_side": [s["type"] for s in specs if s["type"] not in TRACEABLE]},
+    }
+
+
 def _write_artifact(module: DeployedPolicy, inputs: tuple, fmt: str, path: Path) -> None:
     names = ["state", "rgb"][:len(inputs)]
     with warnings.catch_warnings():
@@ -80,7 +104,7 @@ def _write_artifact(module: DeployedPolicy, inputs: tuple, fmt: str, path: Path)
 def export_checkpoint(checkpoint: str | Path, fmt: str = "torchscript", out: str | Path | None = None,
                       tolerance: float = 1e-5) -> dict:
     """Writes the artifact and its metadata; returns the metadata. Refuses what cannot be reproduced."""
-    from roborl.builder import make_env, make_policy, shield_specs
+    from roborl.builder import make_env, make_policy
     from roborl.checkpoint import Checkpoint
     from roborl.config import config_from_dict
     from roborl.shields.specs import TRACEABLE, build_shield
@@ -97,14 +121,11 @@ def export_checkpoint(checkpoint: str | Path, fmt: str = "torchscript", out: str
         policy = make_policy(cfg.policy, env, cfg.env.action_chunk)
         ckpt.load_policy(policy)
         policy.eval().requires_grad_(False)
-        specs = shield_specs(cfg.env, env)
-        raw = env.unwrapped
-        frame_dim = raw.observation_space["state"].shape[0]
+        io = policy_io(cfg, env)
         obs = _example_obs(env)
-        spaces = env.observation_space.spaces
-        scaling = raw.action_scaling()
     finally:
         env.close()
+    specs, frame_dim, scaling = io["shields"]["specs"], io["state_frame_dim"], io["action"]
     traced_shields = [build_shield(s) for s in specs if s["type"] in TRACEABLE]
     state_dim = obs["state"].shape[1]
     module = DeployedPolicy(policy, cfg.env.action_chunk, traced_shields, slice(state_dim - frame_dim, state_dim),
@@ -134,16 +155,9 @@ def export_checkpoint(checkpoint: str | Path, fmt: str = "torchscript", out: str
         metadata = {
             "format": METADATA_FORMAT, "artifact": path.name, "runtime": fmt, "sha256": sha256(tmp),
             "exported_from": str(checkpoint), "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "env": {"id": cfg.env.id, "controller": cfg.env.controller, "control_freq": cfg.env.control_freq,
-                    "control_dt": raw.control_dt, "episode_length": raw.max_episode_steps,
-                    "instruction": getattr(raw, "instruction", "")},
-            "observation": {k: {"shape": list(spaces[k].shape), "dtype": str(obs[k].numpy().dtype)} for k in obs},
-            "obs_history": cfg.env.obs_history, "state_frame_dim": frame_dim,
-            "action": {"dim": raw.action_dim, "chunk": cfg.env.action_chunk, "low": -1.0, "high": 1.0, **scaling},
+            **io,
             "outputs": {"action": "B×K×A in [-1, 1]", "command": "B×K×A: scale·action + offset"},
             "policy": {"kind": cfg.policy.kind, "sampler": _sampler(cfg)},
-            "shields": {"specs": specs, "in_artifact": [s["type"] for s in specs if s["type"] in TRACEABLE],
-                        "robot_side": [s["type"] for s in specs if s["type"] not in TRACEABLE]},
             "check": {"max_abs_diff": max_diff, "batch": int(inputs[0].shape[0])},
         }
         tmp_meta.write_text(json.dumps(metadata, indent=2))

@@ -1,4 +1,8 @@
-"""Gaussian MLP actor-critic (optionally with a CNN for `rgb`), with running observation normalization."""
+"""Gaussian MLP actor-critic (optionally with a CNN for `rgb`), with running observation normalization.
+
+For SAC (`sac=True`) the actor is SAC's own: a state-dependent std and tanh-squashed actions (the executed
+action is tanh(u), its log-prob includes the tanh Jacobian; deterministic: tanh(mean)), with `sample` for the
+reparameterized actor loss and `features` as the input the critics share. There is no value head then."""
 from __future__ import annotations
 
 import math
@@ -13,9 +17,17 @@ from roborl.policies.cnn import CNNEncoder
 from roborl.policies.normalizer import RunningNormalizer
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
-def mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
+def squashed_log_prob(dist: Normal, u: torch.Tensor) -> torch.Tensor:
+    """log-density of tanh(u): the Gaussian's minus log|d tanh/du| (numerically stable form)."""
+    log_det = 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
+    return (dist.log_prob(u) - log_det).sum(-1)
+
+
+def mlp(sizes: list[int], activation: str, out_gain: float, layer_norm: bool = False) -> nn.Sequential:
+    """Linear layers with `activation` between them (and LayerNorm before it, with `layer_norm`)."""
     layers: list[nn.Module] = []
     for i in range(len(sizes) - 1):
         linear = nn.Linear(sizes[i], sizes[i + 1])
@@ -24,6 +36,7 @@ def mlp(sizes: list[int], activation: str, out_gain: float) -> nn.Sequential:
         nn.init.zeros_(linear.bias)
         layers.append(linear)
         if not last:
+            layers += [nn.LayerNorm(sizes[i + 1])] if layer_norm else []
             layers.append(ACTIVATIONS[activation]())
     return nn.Sequential(*layers)
 
@@ -33,14 +46,18 @@ class GaussianActorCritic(Policy):
 
     def __init__(self, obs_dim: int, action_dim: int, hidden: list[int] = (256, 256), activation: str = "tanh",
                  init_log_std: float = -0.5, normalize_obs: bool = True,
-                 image_shape: tuple[int, int] | None = None, image_features: int = 256, cost_critic: bool = False) -> None:
+                 image_shape: tuple[int, int] | None = None, image_features: int = 256, cost_critic: bool = False,
+                 sac: bool = False) -> None:
         super().__init__()
+        self.sac, self.action_dim = sac, action_dim
         self.normalizer = RunningNormalizer(obs_dim) if normalize_obs else None
         self.encoder = CNNEncoder(*image_shape, image_features) if image_shape else None
-        in_dim = obs_dim + (image_features if image_shape else 0)
-        self.actor = mlp([in_dim, *hidden, action_dim], activation, 0.01)
-        self.critic = mlp([in_dim, *hidden, 1], activation, 1.0)
-        self.log_std = nn.Parameter(torch.full((action_dim,), float(init_log_std)))
+        self.feature_dim = in_dim = obs_dim + (image_features if image_shape else 0)
+        self.actor = mlp([in_dim, *hidden, action_dim * (2 if sac else 1)], activation, 0.01)
+        if sac:
+            nn.init.constant_(self.actor[-1].bias[action_dim:], float(init_log_std))
+        self.critic = None if sac else mlp([in_dim, *hidden, 1], activation, 1.0)
+        self.log_std = None if sac else nn.Parameter(torch.full((action_dim,), float(init_log_std)))
         # a second critic for the expected safety cost (PPO-Lagrangian)
         self.cost_critic = mlp([in_dim, *hidden, 1], activation, 1.0) if cost_critic else None
 
@@ -57,14 +74,29 @@ class GaussianActorCritic(Policy):
             self.normalizer.update(obs["state"])
 
     def distribution(self, x: torch.Tensor) -> Normal:
-        mean = self.actor(x)
-        return Normal(mean, self.log_std.clamp(-5, 2).exp().expand_as(mean))
+        out = self.actor(x)
+        if self.sac:
+            mean, log_std = out.split(self.action_dim, -1)
+        else:
+            mean, log_std = out, self.log_std.expand_as(out)
+        return Normal(mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp())
 
     def act(self, obs: dict, deterministic: bool = False) -> Act:
         x = self.features(obs)
         dist = self.distribution(x)
+        if self.sac:
+            u = dist.mean if deterministic else dist.sample()
+            return Act(torch.tanh(u), squashed_log_prob(dist, u))
         action = dist.mean if deterministic else dist.sample()
         return Act(action, dist.log_prob(action).sum(-1), self.critic(x).squeeze(-1))
+
+    def sample(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterized squashed action and its log-prob (SAC's actor loss)."""
+        if not self.sac:
+            raise NotImplementedError("this Gaussian policy was built for PPO; SAC builds its own (sac=True)")
+        dist = self.distribution(self.features(obs))
+        u = dist.rsample()
+        return torch.tanh(u), squashed_log_prob(dist, u)
 
     def evaluate(self, obs: dict, act: Act) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         x = self.features(obs)

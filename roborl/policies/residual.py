@@ -12,19 +12,16 @@ kept in `extras` so PPO re-evaluates the same sample.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 from torch.distributions import Normal
 
 from roborl.policies.act import Act
 from roborl.policies.base import Policy
-from roborl.policies.gaussian import mlp
+from roborl.policies.gaussian import LOG_STD_MAX, LOG_STD_MIN, mlp, squashed_log_prob
 from roborl.policies.normalizer import RunningNormalizer
 
 INPUTS = ("obs+base", "obs")
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
 class ResidualPolicy(Policy):
@@ -74,23 +71,17 @@ class ResidualPolicy(Policy):
         """The executed action for pre-squash residual u."""
         return (obs["base_action"].float() + self.scale * torch.tanh(u)).clamp(-1, 1)
 
-    @staticmethod
-    def squashed_log_prob(dist: Normal, u: torch.Tensor) -> torch.Tensor:
-        """log-density of tanh(u): the Gaussian's minus log|d tanh/du| (numerically stable form)."""
-        log_det = 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
-        return (dist.log_prob(u) - log_det).sum(-1)
-
     def act(self, obs: dict, deterministic: bool = False) -> Act:
         x = self.features(obs)
         dist = self.distribution(x)
         u = dist.mean if deterministic else dist.sample()
         value = self.critic(x).squeeze(-1) if self.critic is not None else None
-        return Act(self.compose(obs, u), self.squashed_log_prob(dist, u), value, {"residual_u": u})
+        return Act(self.compose(obs, u), squashed_log_prob(dist, u), value, {"residual_u": u})
 
     def evaluate(self, obs: dict, act: Act) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         x = self.features(obs)
         dist = self.distribution(x)
-        return self.squashed_log_prob(dist, act.extras["residual_u"]), dist.entropy().sum(-1), self.critic(x).squeeze(-1)
+        return squashed_log_prob(dist, act.extras["residual_u"]), dist.entropy().sum(-1), self.critic(x).squeeze(-1)
 
     def value(self, obs: dict) -> torch.Tensor:
         return self.critic(self.features(obs)).squeeze(-1)
@@ -99,7 +90,7 @@ class ResidualPolicy(Policy):
         """A reparameterized action and its log-prob (SAC's actor loss)."""
         dist = self.distribution(self.features(obs))
         u = dist.rsample()
-        return self.compose(obs, u), self.squashed_log_prob(dist, u)
+        return self.compose(obs, u), squashed_log_prob(dist, u)
 
     def bc_regularizer(self, obs: dict, act: Act) -> torch.Tensor:
         """Penalty on the residual's magnitude, mean tanh(μ)²: PPO's `bc_coef` pulls toward the base."""

@@ -44,6 +44,7 @@ class Edge:
     guard: str
     reward: Reward
     tree: Formula = field(compare=False, repr=False, default=None)
+    call: str | None = None  # a hierarchy's call edge: the machine it calls (roborl/rm/hierarchy.py)
 
 
 @dataclass
@@ -62,7 +63,8 @@ class RewardMachine:
                 raise ValueError(f"reward machine: state '{s}' is used but not declared (states: {self.states})")
         if self.unmatched not in UNMATCHED:
             raise ValueError(f"reward machine: unmatched '{self.unmatched}' is unknown; available: {', '.join(UNMATCHED)}")
-        self.edges = [e if e.tree is not None else Edge(e.src, e.dst, e.guard, e.reward, parse(e.guard)) for e in self.edges]
+        self.edges = [e if e.tree is not None else Edge(e.src, e.dst, e.guard, e.reward, parse(e.guard), e.call)
+                      for e in self.edges]
         if self.unmatched == "fail":
             self._fall_where_no_edge_holds()
 
@@ -91,18 +93,30 @@ class RewardMachine:
         return set().union(*(variables(e.tree) for e in self.edges)) if self.edges else set()
 
     @property
+    def calls(self) -> set[str]:
+        """The machines this one calls (a machine of a hierarchy; empty for a flat machine)."""
+        return {e.call for e in self.edges if e.call is not None}
+
+    @property
     def terms(self) -> list[str]:
         return sorted({e.reward for e in self.edges if isinstance(e.reward, str)})
 
-    def step(self, state: str, true_labels: set[str]) -> tuple[str, Reward]:
-        """The reference (one env, one step) semantics that the compiled tensors must reproduce."""
+    def edge_taken(self, state: str, true_labels: set[str]) -> Edge | None:
+        """The edge of `state` whose guard holds for these labels (None: none does, or the state is terminal)."""
         if state in self.terminal:
-            return state, 0.0
+            return None
         taken = [e for e in self.edges if e.src == state and evaluate(e.tree, true_labels)]
         if len(taken) > 1:
             raise ValueError(f"reward machine is not deterministic: in state '{state}' with labels "
                              f"{sorted(true_labels)} the edges {[e.guard for e in taken]} all hold")
-        return (taken[0].dst, taken[0].reward) if taken else (state, 0.0)
+        return taken[0] if taken else None
+
+    def step(self, state: str, true_labels: set[str]) -> tuple[str, Reward]:
+        """The reference (one env, one step) semantics that the compiled tensors must reproduce."""
+        if self.calls:
+            raise ValueError(f"this machine calls {sorted(self.calls)}: step it as a hierarchy (roborl.rm.hierarchy)")
+        edge = self.edge_taken(state, true_labels)
+        return (edge.dst, edge.reward) if edge else (state, 0.0)
 
     @classmethod
     def from_text(cls, text: str) -> RewardMachine:
@@ -127,7 +141,7 @@ class RewardMachine:
             if not m:
                 raise ValueError(f"reward machine text: cannot read the edge {ln!r}; expected (u, u', 'guard', reward)")
             src, dst, guard, reward = m.group("src"), m.group("dst"), m.group("guard"), _reward(m.group("reward"))
-            edges.append(Edge(src, dst, guard, reward))
+            edges.append(Edge(src, dst, guard, reward, call=m.group("call")))
             states += [s for s in (src, dst) if s not in states]
         states += [s for s in sorted(terminal | failing) if s not in states]
         return cls(states, initial, edges, accepting=terminal - failing, failing=failing, unmatched=unmatched)
@@ -165,8 +179,8 @@ class RewardMachine:
 UNMATCHED = ("stay", "fail")
 FALLEN = "unmatched"  # the failing state of the original semantics
 
-EDGE_LINE = re.compile(r"\(\s*(?P<src>\w+)\s*,\s*(?P<dst>\w+)\s*,\s*'(?P<guard>[^']*)'\s*,\s*(?P<reward>[^()]+|"
-                       r"ConstantRewardFunction\([^()]*\))\s*\)")
+EDGE_LINE = re.compile(r"\(\s*(?P<src>\w+)\s*,\s*(?P<dst>\w+)\s*,\s*(?:call\s+(?P<call>\w+)\s*,\s*)?"
+                       r"'(?P<guard>[^']*)'\s*,\s*(?P<reward>[^()]+|ConstantRewardFunction\([^()]*\))\s*\)")
 
 
 def _state_list(text: str) -> set[str]:
@@ -207,6 +221,12 @@ class RMBuilder:
     def edge(self, src: str, dst: str, guard: str, reward: Reward = 0.0) -> RMBuilder:
         self._add(src, dst)
         self._edges.append(Edge(src, dst, guard, float(reward) if not isinstance(reward, str) else reward))
+        return self
+
+    def call(self, src: str, dst: str, machine: str, context: str = "true", reward: float = 0.0) -> RMBuilder:
+        """A hierarchy's call edge: where `context` holds, run `machine`; once it accepts, go on in `dst`."""
+        self._add(src, dst)
+        self._edges.append(Edge(src, dst, context, float(reward), call=machine))
         return self
 
     def accepting(self, *states: str) -> RMBuilder:

@@ -41,11 +41,12 @@ Policy = Callable[[dict[str, np.ndarray]], np.ndarray]  # one observation -> chu
 
 @dataclass
 class StepRecord:
-    """One executed control period: what the robot observed, the action it executed (after the shields)
-    and whether the operator commanded it."""
+    """One executed control period: what the robot observed, the action it executed (after the shields),
+    whether the operator commanded it, and the observation as the policy saw it (history stacked)."""
     obs: dict[str, np.ndarray]
     action: np.ndarray
     intervened: bool
+    policy_obs: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -97,6 +98,7 @@ class ControlLoop:
         self.history: deque[np.ndarray] = deque(maxlen=self.history_len)
         self.teleop, self.on_step = teleop, on_step
         self.stopped = threading.Event()
+        self.episode_over = threading.Event()
         self.report = LoopReport(control_dt=self.dt)
         self._stop_lock = threading.Lock()
 
@@ -111,18 +113,25 @@ class ControlLoop:
                     self.report.reason = reason
             self.stopped.set()
 
+    def end_episode(self) -> None:
+        """End `run` before its next period without stopping the robot (the episode is over, e.g. a success);
+        callable from `on_step`."""
+        self.episode_over.set()
+
     # ---- the loop -------------------------------------------------------------------------------
     def reset(self) -> None:
         """Start a new episode (after the robot was reset, e.g. by its operator following a stop): clear
         the stop, the observation history, the chunks and the stateful shields."""
         self.stopped.clear()
+        self.episode_over.clear()
         self.report.stopped_at, self.report.reason, self.report.detail = None, "done", ""
         self.history.clear()
         self.ensembler.reset()
         if self.shield is not None:
             self.shield.reset()
 
-    def _policy_obs(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def policy_obs(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The policy's input for the robot's newest observation: `state` with the history of this episode."""
         frame = np.asarray(obs["state"], dtype=np.float32)
         if not self.history:
             self.history.extend([frame] * self.history_len)
@@ -153,7 +162,7 @@ class ControlLoop:
         last_tick: float | None = None
         try:
             for step in range(steps):
-                if self.stopped.is_set():
+                if self.stopped.is_set() or self.episode_over.is_set():
                     break
                 if not self.robot.clocked:
                     time.sleep(max(0.0, next_tick - time.monotonic()))
@@ -162,7 +171,7 @@ class ControlLoop:
                 if last_tick is not None:
                     report.periods.append(tick - last_tick)
                 last_tick = tick
-                policy_obs = self._policy_obs(obs)
+                policy_obs = self.policy_obs(obs)
                 if pending is None and (step % self.query_every == 0 or self.ensembler.action(step) is None):
                     pending = (pool.submit(self.policy, policy_obs), step, tick)
                 if pending is not None:
@@ -201,7 +210,7 @@ class ControlLoop:
                     self.robot.act(executed)
                     report.interventions += operator is not None
                     if self.on_step is not None:
-                        self.on_step(StepRecord(obs, executed, operator is not None))
+                        self.on_step(StepRecord(obs, executed, operator is not None, policy_obs))
                 report.steps += 1
                 if time.monotonic() - tick > self.dt:
                     report.overruns += 1

@@ -1,57 +1,75 @@
-"""The transitions of a human-in-the-loop run on a robot: the control loop's step records (`on_step`)
-become (obs, action, reward, next_obs, terminated) in an online buffer, and the steps the operator commanded
-go to an intervention buffer too, which also holds the demonstrations; the learner samples the two 50/50
-(`roborl.replay.sample_mixed`). The reward is a function of the observation after the step: the task's
-success on a twin, a reward classifier on camera frames on a real cell."""
+"""The transitions of a run on a robot (HIL-SERL): the control loop's step records (`on_step`) become
+(obs, action, reward, next_obs, terminated) rows, each marked with whether the operator commanded it. The
+learner puts every row in its online buffer and the operator's in its demonstration buffer too
+(roborl/algos/sac.py, `absorb`).
+
+The reward is success, judged on the robot's observation after each step: the twin's success flag, or a
+reward classifier on the camera frame of a real cell. A success ends the episode (terminated: no
+bootstrapping past it), as in HIL-SERL."""
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import numpy as np
-import torch
 
-from roborl.replay import ReplayBuffer, sample_mixed
 from roborl.robot.control_loop import StepRecord
 
-RewardFn = Callable[[dict[str, np.ndarray]], float]
+SuccessFn = Callable[[dict[str, np.ndarray]], bool]
 
 
-def _batch(obs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    """A robot observation as a one-row batch of the replay's keys (its arrays; scalars and text left out)."""
-    return {k: torch.tensor(v)[None] for k, v in obs.items()
-            if isinstance(v, np.ndarray) and v.dtype != object and v.ndim >= 1}
+def _arrays(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The numeric arrays of an observation (scalars and text left out)."""
+    return {k: v for k, v in obs.items() if isinstance(v, np.ndarray) and v.dtype != object and v.ndim >= 1}
 
 
-class HILBuffers:
-    def __init__(self, reward_fn: RewardFn, capacity: int = 1_000_000, device: torch.device | str = "cpu") -> None:
-        self.reward_fn = reward_fn
-        self.online = ReplayBuffer(capacity, torch.device(device))
-        self.interventions = ReplayBuffer(capacity, torch.device(device))
+class TransitionRecorder:
+    def __init__(self, success_fn: SuccessFn) -> None:
+        self.success_fn = success_fn
+        self.rows: list[tuple] = []
+        self.episodes: list[dict] = []  # the statistics of the episodes that ended since the last `take`
         self._pending: StepRecord | None = None
+        self._episode = {"return": 0.0, "length": 0, "interventions": 0}
 
-    def record(self, step: StepRecord) -> None:
-        """The loop's `on_step`: completes the previous step's transition with this step's observation."""
+    def record(self, step: StepRecord) -> bool:
+        """The loop's `on_step`: completes the previous step's transition with this step's observation. True
+        when that observation shows success: the episode is over (this step's own action is not kept)."""
+        success = bool(self.success_fn(step.obs))
         if self._pending is not None:
-            self._add(self._pending, step.obs, terminated=False)
-        self._pending = step
+            self._add(self._pending, step.policy_obs, success)
+        self._pending = None if success else step
+        if success:
+            self._close_episode(True)
+        return success
 
-    def end_episode(self, final_obs: dict[str, np.ndarray], terminated: bool) -> None:
-        """The last transition of an episode, with the observation after its last step."""
-        if self._pending is not None:
-            self._add(self._pending, final_obs, terminated)
+    def end_episode(self, final_obs: dict[str, np.ndarray], final_policy_obs: dict[str, np.ndarray]) -> None:
+        """The last transition of an episode that ran out of time, with the observation after its last step."""
+        if self._pending is None:
+            return
+        success = bool(self.success_fn(final_obs))
+        self._add(self._pending, final_policy_obs, success)
         self._pending = None
+        self._close_episode(success)
 
-    def _add(self, step: StepRecord, next_obs: dict[str, np.ndarray], terminated: bool) -> None:
-        args = (_batch(step.obs), torch.as_tensor(step.action, dtype=torch.float32)[None],
-                torch.tensor([self.reward_fn(next_obs)]), _batch(next_obs), torch.tensor([float(terminated)]))
-        self.online.add(*args)
-        if step.intervened:
-            self.interventions.add(*args)
+    def _add(self, step: StepRecord, next_obs: dict[str, np.ndarray], success: bool) -> None:
+        self.rows.append((_arrays(step.policy_obs), np.asarray(step.action, np.float32), float(success),
+                          _arrays(next_obs), success, step.intervened))
+        self._episode["return"] += float(success)
+        self._episode["length"] += 1
+        self._episode["interventions"] += int(step.intervened)
 
-    def add_demos(self, obs: dict, action: torch.Tensor, reward: torch.Tensor, next_obs: dict,
-                  terminated: torch.Tensor) -> None:
-        """Demonstration transitions (batched), into the intervention buffer only."""
-        self.interventions.add(obs, action, reward, next_obs, terminated)
+    def _close_episode(self, success: bool) -> None:
+        self.episodes.append({**self._episode, "success": float(success)})
+        self._episode = {"return": 0.0, "length": 0, "interventions": 0}
 
-    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> dict:
-        return sample_mixed(self.online, self.interventions, batch_size, 0.5, generator)
+    def take(self) -> tuple[dict, list[dict]]:
+        """The rows recorded since the last call as arrays (`intervened` marks the operator's), and the
+        statistics of the episodes that ended meanwhile."""
+        rows, episodes = self.rows, self.episodes
+        self.rows, self.episodes = [], []
+        if not rows:
+            return {}, episodes
+        obs, action, reward, next_obs, terminated, intervened = zip(*rows)
+        stack = lambda dicts: {k: np.stack([d[k] for d in dicts]) for k in dicts[0]}  # noqa: E731
+        return {"obs": stack(obs), "action": np.stack(action), "reward": np.asarray(reward, np.float32),
+                "next_obs": stack(next_obs), "terminated": np.asarray(terminated, np.float32),
+                "intervened": np.asarray(intervened, bool)}, episodes

@@ -22,6 +22,9 @@ class TeleopDevice(ABC):
     def poll(self, obs: dict[str, np.ndarray]) -> np.ndarray | None:
         """The operator's action for this period, or None while they let the policy act."""
 
+    def close(self) -> None:
+        """Let go of the device."""
+
 
 class ScriptedOperator(TeleopDevice):
     def __init__(self, rule: Callable[[dict[str, np.ndarray]], np.ndarray | None]) -> None:

@@ -39,6 +39,8 @@ class TwinSettings:
     seed: int = 0
     window: float = 0.8  # fraction of the period the twin waits for the command of a tick
     command_timeout: float | None = None  # seconds without commands mid-episode before it stops itself (None: 4 periods)
+    camera: str | None = None  # publish this camera's frame as `rgb` with every observation (None: no frames)
+    render_size: tuple[int, int] = (64, 64)  # [height, width] of the frames
 
     def randomization(self):
         """The perturbation as a `Randomization` with every range held at its value (SimError if invalid)."""
@@ -77,9 +79,11 @@ class Twin:
         )
         self.settings = settings
         randomization = settings.randomization()
+        view = {} if settings.camera is None else {"obs_mode": "rgb", "camera": settings.camera,
+                                                    "render_size": tuple(settings.render_size)}
         self.env = sim.make(settings.env_id, 1, controller=settings.controller, control_freq=settings.control_freq,
                             episode_length=10**9, seed=settings.seed,
-                            randomization=randomization if randomization.enabled else None)
+                            randomization=randomization if randomization.enabled else None, **view)
         self.dt = self.env.control_dt
         self.timeout = settings.command_timeout if settings.command_timeout is not None else 4 * self.dt
         self.action_dim = self.env.action_dim
@@ -110,6 +114,8 @@ class Twin:
         self.published = {"type": "obs", "state": self.obs["state"][0].numpy(), "tick": tick, "time": t,
                           "episode_step": s["episode_step"], "success": s["success"], "terminated": s["terminated"],
                           "stopped": s["stopped"]}
+        if "rgb" in self.obs:
+            self.published["rgb"] = self.obs["rgb"][0].numpy()
 
     def run(self) -> None:
         import torch
@@ -210,7 +216,26 @@ class Twin:
 def serve_twin(settings: TwinSettings, host: str = "127.0.0.1", port: int = 0) -> None:
     from websockets.sync.server import serve
 
-    twin = Twin(settings)
+    built = threading.Event()
+    made: dict = {}
+
+    def physics() -> None:
+        """Builds the twin here, in the thread that steps it: a camera's GL context belongs to one thread."""
+        try:
+            made["twin"] = Twin(settings)
+        except BaseException as exc:
+            made["error"] = exc
+        finally:
+            built.set()
+        if "twin" in made:
+            made["twin"].run()
+
+    thread = threading.Thread(target=physics, daemon=True, name="physics")
+    thread.start()
+    built.wait()
+    if "error" in made:
+        raise made["error"]
+    twin = made["twin"]
 
     def handler(connection) -> None:
         for payload in connection:
@@ -221,10 +246,8 @@ def serve_twin(settings: TwinSettings, host: str = "127.0.0.1", port: int = 0) -
                 reply = {"type": "error", "error": str(exc)}
             connection.send(pack(reply))
 
-    physics = threading.Thread(target=twin.run, daemon=True, name="physics")
     with serve(handler, host, port, compression=None, ping_interval=None) as server:
         bound = server.socket.getsockname()
-        physics.start()
         print(f"roborl twin: listening on ws://{bound[0]}:{bound[1]}", flush=True)
         try:
             server.serve_forever()
@@ -243,6 +266,8 @@ def start_twin(settings: TwinSettings, timeout: float = 60.0) -> tuple[subproces
         args += ["--command-timeout", str(settings.command_timeout)]
     if settings.perturb:
         args += ["--perturb", *[f"{k}={v}" for k, v in settings.perturb.items()]]
+    if settings.camera is not None:
+        args += ["--camera", settings.camera, "--render-size", *map(str, settings.render_size)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -320,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=float, default=0.8)
     p.add_argument("--command-timeout", type=float)
     p.add_argument("--perturb", nargs="*", default=[], help="e.g. object_mass=1.5 friction=0.5 latency_ms=20")
+    p.add_argument("--camera", help="publish this camera's frames as `rgb` (e.g. front)")
+    p.add_argument("--render-size", type=int, nargs=2, default=[64, 64], metavar=("H", "W"))
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     args = p.parse_args(argv)
@@ -328,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         p.error(str(exc))
     settings = TwinSettings(args.env, args.controller, args.control_freq, perturb, args.seed, args.window,
-                            args.command_timeout)
+                            args.command_timeout, args.camera, tuple(args.render_size))
     serve_twin(settings, args.host, args.port)
     return 0
 
