@@ -79,7 +79,7 @@ def software() -> str:
 
 def write_results(name: str, title: str, lines: list[str], data: dict, seeds: str,
                   curves: dict | None = None, bars: dict[str, float] | None = None, plot_title: str = "",
-                  bar_label: str = "", out: Path = RESULTS) -> Path:
+                  bar_label: str = "", out: Path = RESULTS, xlabel: str = "env steps") -> Path:
     """Prints the table and writes `out/name.md` (the page), `name.json` (the data and how it was measured) and
     `name.png` (learning `curves`, or `bars`); then rewrites `out/index.md`, the list of the pages."""
     command = shlex.join(["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
@@ -87,7 +87,7 @@ def write_results(name: str, title: str, lines: list[str], data: dict, seeds: st
             "hardware": hardware(), "software": software(), "seeds": seeds}
     out.mkdir(parents=True, exist_ok=True)
     if curves:
-        plot_curves(out / f"{name}.png", curves, plot_title or title)
+        plot_curves(out / f"{name}.png", curves, plot_title or title, xlabel=xlabel)
     elif bars:
         plot_bars(out / f"{name}.png", bars, plot_title or title, bar_label)
     png = f"\n![{plot_title or title}]({name}.png)\n" if curves or bars else ""

@@ -12,7 +12,10 @@ from roborl.tasks.reach import GOAL_HIGH, GOAL_LOW, SUCCESS_DIST
 
 
 class Reach:
-    """mujoco/Reach's goals (uniform in the same box) and success (the TCP within 2.5 cm), on a real arm."""
+    """mujoco/Reach's goals (uniform in the same box) and success (the TCP within 2.5 cm), on a real arm. The
+    gripper plays no part: it is held open, whatever the policy commands (as the embedded task's expert holds it),
+    so an exploring policy does not send the gripper a command every period."""
+    gripper_open = True
 
     def __init__(self) -> None:
         self.goal = np.mean([GOAL_LOW, GOAL_HIGH], 0)
@@ -46,6 +49,8 @@ class TaskRobot(RobotInterface):
         return {**obs, "success": self.task.success(obs), "episode_step": self.episode_step}
 
     def act(self, action: np.ndarray) -> None:
+        if getattr(self.task, "gripper_open", False):
+            action = np.r_[action[:-1], 1.0].astype(np.float32)
         self.robot.act(action)
         self.episode_step += 1
 
