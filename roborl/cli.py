@@ -185,8 +185,12 @@ def _twin(args: argparse.Namespace) -> int:
 
 def _actor(args: argparse.Namespace) -> int:
     from roborl.robot.actor import run_actor
+    from roborl.robot.franka import FrankaError
 
-    run_actor(args.learner, args.episodes, args.exit_with_stdin)
+    try:
+        run_actor(args.learner, args.episodes, args.exit_with_stdin)
+    except FrankaError as exc:  # the arm refused or failed: stopped, and said in one line
+        raise UserError(str(exc)) from exc
     return 0
 
 
