@@ -72,4 +72,4 @@ def sample_mixed(online: ReplayBuffer, offline: ReplayBuffer, batch_size: int, o
     the demonstrations and interventions, the rest from all online data; all online while `offline` is empty."""
     n_offline = round(batch_size * offline_fraction) if len(offline) else 0
     parts = [buf.sample(n, generator) for buf, n in ((online, batch_size - n_offline), (offline, n_offline)) if n]
-    return concat(parts)
+    return parts[0] if len(parts) == 1 else concat(parts)

@@ -30,7 +30,7 @@ WORK = {"total_steps", "eval_episodes", "eval_envs", "eval_every", "save_every",
         "progressive_steps", "max_restarts", "max_staleness", "episode_length", "render_size", "hidden",
         "critic_hidden", "value_hidden", "obs_history", "horizon", "threads", "utd_ratio", "actor_delay"}
 ENVS = 8  # every shipped group size divides it
-CASES = 36
+CASES = 24
 
 
 def leaves(tree: dict, prefix: tuple = ()) -> list[tuple]:
