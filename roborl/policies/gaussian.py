@@ -20,6 +20,13 @@ ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
+def normal_head(out: torch.Tensor, log_std: torch.Tensor | None) -> Normal:
+    """The Gaussian an actor's output parameterizes: its mean and a learned state-independent `log_std`, or
+    (None) its mean and a state-dependent log-std as the output's second half; the log-std clamped."""
+    mean, log_std = out.chunk(2, -1) if log_std is None else (out, log_std.expand_as(out))
+    return Normal(mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp())
+
+
 def squashed_log_prob(dist: Normal, u: torch.Tensor) -> torch.Tensor:
     """log-density of tanh(u): the Gaussian's minus log|d tanh/du| (numerically stable form)."""
     log_det = 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
@@ -74,12 +81,7 @@ class GaussianActorCritic(Policy):
             self.normalizer.update(obs["state"])
 
     def distribution(self, x: torch.Tensor) -> Normal:
-        out = self.actor(x)
-        if self.sac:
-            mean, log_std = out.split(self.action_dim, -1)
-        else:
-            mean, log_std = out, self.log_std.expand_as(out)
-        return Normal(mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp())
+        return normal_head(self.actor(x), self.log_std)
 
     def act(self, obs: dict, deterministic: bool = False) -> Act:
         x = self.features(obs)

@@ -18,7 +18,7 @@ from torch.distributions import Normal
 
 from roborl.policies.act import Act
 from roborl.policies.base import Policy
-from roborl.policies.gaussian import LOG_STD_MAX, LOG_STD_MIN, mlp, squashed_log_prob
+from roborl.policies.gaussian import mlp, normal_head, squashed_log_prob
 from roborl.policies.normalizer import RunningNormalizer
 
 INPUTS = ("obs+base", "obs")
@@ -60,12 +60,7 @@ class ResidualPolicy(Policy):
             self.normalizer.update(obs["state"])
 
     def distribution(self, x: torch.Tensor) -> Normal:
-        out = self.actor(x)
-        if self.state_std:
-            mean, log_std = out.split(self.action_dim, -1)
-        else:
-            mean, log_std = out, self.log_std.expand_as(out)
-        return Normal(mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp())
+        return normal_head(self.actor(x), self.log_std)
 
     def compose(self, obs: dict, u: torch.Tensor) -> torch.Tensor:
         """The executed action for pre-squash residual u."""

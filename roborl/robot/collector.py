@@ -50,7 +50,6 @@ class RobotCollector(Collector):
         self.actor: subprocess.Popen | None = None
         self.received: dict[str, int] = {}  # actor session -> the last batch absorbed
         self.rows_by_session: dict[str, int] = {}  # actor session -> transitions absorbed
-        self.rows = 0  # transitions absorbed (this process and the runs it resumed)
         self.episodes = 0  # the actor's episodes that ended
         self.version = 0
 
@@ -89,7 +88,6 @@ class RobotCollector(Collector):
                 n = len(rows["reward"])
                 parts.append({"transitions": _tensors(rows, self.device), "env_rows": n,
                               "intervened": torch.from_numpy(np.array(rows["intervened"])).to(self.device)})
-                self.rows += n
                 self.rows_by_session[session] = self.rows_by_session.get(session, 0) + n
         self.received = dict(self.link.received)
         algo.absorb(parts, obs, log)
@@ -102,6 +100,11 @@ class RobotCollector(Collector):
             raise UserError(f"the actor process exited with code {self.actor.returncode} (its error is above); the "
                             "last checkpoint holds what it sent: resume with train.resume=RUN/checkpoints/last.safetensors")
 
+    @property
+    def rows(self) -> int:
+        """Transitions absorbed, of every actor session (this process and the runs it resumed)."""
+        return sum(self.rows_by_session.values())
+
     def on_checkpoint(self) -> None:
         """A checkpoint holds everything absorbed so far: the actor may forget it."""
         if self.link is not None:
@@ -113,7 +116,6 @@ class RobotCollector(Collector):
 
     def load_state_dict(self, state: dict) -> None:
         self.received = dict(state.get("received", {}))
-        self.rows = int(state.get("rows", 0))
         self.rows_by_session = dict(state.get("rows_by_session", {}))
         self.episodes = int(state.get("episodes", 0))
 
