@@ -4,6 +4,7 @@ page under docs/results/ (markdown + JSON + PNG, with the command, the date, the
 never edited by hand."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -135,6 +137,44 @@ def run_stage(args: list[str], log: Path) -> dict:
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"`roborl {' '.join(args)}` failed; see {log}")
     return {"peak_mib": usage.ru_maxrss / 1024}
+
+
+def seeds_study_parser(description: str, run_dir: str, steps: int) -> argparse.ArgumentParser:
+    """The arguments of a study over training seeds with one env-step budget shared by every run."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--run-dir", default=run_dir)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--steps", type=int, default=steps, help="env steps per run (the shared budget)")
+    p.add_argument("--max-minutes", type=float, default=15.0, help="a cap on each run's wall time")
+    p.add_argument("--jobs", type=int, default=1, help="runs side by side")
+    p.add_argument("--reuse", action="store_true", help="read the runs already finished in --run-dir")
+    return p
+
+
+def train_runs(runs: list[tuple[str, list[str]]], run_dir: Path, reuse: bool, jobs: int = 1) -> list[dict]:
+    """`roborl train` for each (run name, CLI arguments after `train`), `jobs` side by side (one torch thread
+    each when more than one), each in its own process with its log beside its run; their summaries (a finished
+    run is read back with `reuse`)."""
+    threads = ["train.threads=1"] if jobs > 1 else []
+
+    def one(run: tuple[str, list[str]]) -> dict:
+        name, args = run
+        cli = ["train", *args, f"train.run_dir={run_dir}", f"train.name={name}", "train.progress=false", *threads]
+        summary = run_once(run_dir, name, reuse, lambda: run_stage(cli, run_dir / f"{name}.log") and
+                           json.loads((run_dir / name / "summary.json").read_text()))
+        print(f"{name}: final success {summary['success_rate']:.3f}, best {summary['best_success_rate']:.3f}, "
+              f"{summary['env_steps']:,} env steps, {summary['wall_time_s'] / 60:.1f} min", flush=True)
+        return summary
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(jobs) as pool:
+        return list(pool.map(one, runs))
+
+
+def mean_curve(histories: list[list[list[float]]]) -> list[tuple[float, float]]:
+    """Eval success averaged over seeds at the eval points every seed reached (`eval_history` rows)."""
+    length = min(len(h) for h in histories)
+    return [(histories[0][i][0], sum(h[i][2] for h in histories) / len(histories)) for i in range(length)]
 
 
 def record_vla_demos(runs: Path, images: bool, lerobot: bool = False) -> Path:

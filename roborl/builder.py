@@ -15,7 +15,7 @@ from roborl.errors import UserError
 from roborl.imports import import_factory
 from roborl.policies import DiffusionPolicy, FlowPolicy, GaussianActorCritic, ResidualPolicy
 from roborl.policies.lerobot.configuration import LeRobotSpec
-from roborl.rm import RewardMachineEnv, load_machine
+from roborl.rm import Hierarchy, HierarchyEnv, RewardMachineEnv, flatten, load_hierarchy
 from roborl.shields import ShieldChain, ShieldEnv
 from roborl.shields.specs import build_shields
 from roborl.sim.base_action import BaseActionEnv
@@ -23,6 +23,7 @@ from roborl.sim.chunking import ActionChunkEnv
 from roborl.sim.history import StateHistoryEnv
 from roborl.tasks.arm import ArmEnv
 from roborl.tasks.expert import ImperfectExpert
+from roborl.tasks.two_arms import TwoArmReachEnv
 
 VLA_KINDS = ("token_vla", "flow_vla", "pi0")  # policies/vla, policies/pi0.py: the `vla` extra (transformers, peft)
 CRITIC_STATE_KINDS = (*VLA_KINDS, "lerobot")  # the policies whose value heads read env.critic_state
@@ -67,10 +68,18 @@ def make_env(cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> 
         set_task_weights(env, cfg)
     if cfg.rm.machine or cfg.rm.ltlf:
         try:
-            machine = load_machine(cfg.rm.machine, cfg.rm.ltlf)
+            machine = load_hierarchy(cfg.rm.machine, cfg.rm.ltlf)
         except ValueError as exc:
             raise UserError(str(exc)) from exc
-        env = RewardMachineEnv(env, machine, cfg.rm.reward, cfg.rm.shaping_gamma)
+        if cfg.rm.learner == "options":
+            if not isinstance(machine, Hierarchy):
+                source = cfg.rm.machine or "the LTLf formula"
+                raise UserError(f"env.rm.learner options learns a hierarchy of machines; {source} is a flat machine "
+                                "(use env.rm.learner flat, or a file of `machine NAME` sections)")
+            env = HierarchyEnv(env, machine, cfg.rm.reward)
+        else:
+            env = RewardMachineEnv(env, flatten(machine) if isinstance(machine, Hierarchy) else machine,
+                                   cfg.rm.reward, cfg.rm.shaping_gamma)
     shield = make_shield(cfg, env)
     if shield is not None:
         env = ShieldEnv(env, shield, cfg.shield.penalty)
@@ -97,9 +106,13 @@ def shield_specs(cfg: EnvConfig, env: sim.VecEnv) -> list[dict]:
     """The shields `env.shield` asks for, as data (roborl/shields/specs.py), in the order: action rate,
     speed, workspace, keep-out, automaton, joints."""
     s = cfg.shield
+    raw = env.unwrapped
+    if isinstance(raw, TwoArmReachEnv):
+        return two_arm_shield_specs(cfg, raw)
+    if s.arm_gap is not None:
+        raise UserError(f"env.shield.arm_gap keeps two arms apart: it works on mujoco/TwoArmReach, not {cfg.id}")
     if not (s.workspace or s.max_speed or s.action_rate or s.joint_margin is not None or s.keep_out or s.automaton):
         return []
-    raw = env.unwrapped
     if not isinstance(raw, ArmEnv):
         raise UserError(f"env.shield works on the embedded arm tasks (mujoco/...), not {cfg.id}")
     ee = [name for name, on in (("workspace", s.workspace), ("max_speed", s.max_speed), ("keep_out", s.keep_out)) if on]
@@ -130,6 +143,23 @@ def shield_specs(cfg: EnvConfig, env: sim.VecEnv) -> list[dict]:
                       "q": [layout["q"].start, layout["q"].stop], "max_joint_step": raw.max_joint_step,
                       "margin": s.joint_margin})
     return specs
+
+
+def two_arm_shield_specs(cfg: EnvConfig, raw: TwoArmReachEnv) -> list[dict]:
+    """The gap shields of a two-arm task: one per arm (composed) or one on both arms' actions (central)."""
+    s = cfg.shield
+    single = [name for name in ("workspace", "max_speed", "action_rate", "joint_margin", "keep_out", "automaton")
+              if getattr(s, name) not in (None, [])]
+    if single:
+        raise UserError(f"env.shield.{single[0]} shields one arm; {cfg.id} has two: use env.shield.arm_gap")
+    if s.arm_gap is None:
+        return []
+    tcps = [[raw.obs_layout[f"{arm}_tcp"].start, raw.obs_layout[f"{arm}_tcp"].stop] for arm in raw.arms]
+    starts = [space.action[0] for space in raw.agents.values()]
+    if s.arm_gap_shield == "central":
+        return [{"type": "joint_gap", "tcps": tcps, "starts": starts, "max_step": raw.max_ee_step, "gap": s.arm_gap}]
+    return [{"type": "arm_gap", "tcp": tcps[i], "other_tcp": tcps[1 - i], "start": starts[i],
+             "max_step": raw.max_ee_step, "gap": s.arm_gap} for i in range(2)]
 
 
 def make_shield(cfg: EnvConfig, env: sim.VecEnv) -> ShieldChain | None:
@@ -237,6 +267,17 @@ def make_run_env(cfg: Config, num_envs: int, seed: int, device: torch.device) ->
     return make_env(cfg.env, num_envs, seed, device)
 
 
+def per_agent_actors(cfg: PolicyConfig, env: sim.VecEnv) -> dict[str, tuple[tuple[int, ...], int]]:
+    """What each agent's actor reads and commands (policy.actors per_agent)."""
+    if not env.agents:
+        raise UserError("policy.actors per_agent needs an env of several agents (e.g. mujoco/TwoArmReach); "
+                        "this one has one: use policy.actors joint")
+    if isinstance(env, (StateHistoryEnv, ActionChunkEnv)) or env.action_dim != sum(a.action_dim for a in env.agents.values()):
+        raise UserError("policy.actors per_agent reads each agent's columns of one step's state and commands its "
+                        "action dims: leave env.obs_history and env.action_chunk at 1")
+    return {name: (space.state, space.action_dim) for name, space in env.agents.items()}
+
+
 def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: ResidualConfig | None = None,
                 state_std: bool = False, cost_critic: bool = False) -> nn.Module:
     spaces = env.observation_space.spaces
@@ -257,9 +298,13 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
         if execute > 1:
             raise UserError("env.action_chunk > 1 needs a chunk-predicting policy (policy.kind diffusion or flow)")
         image = tuple(spaces["rgb"].shape[:2]) if "rgb" in spaces else None
-        return GaussianActorCritic(obs_dim, action_dim, list(cfg.hidden), cfg.activation,
-                                   cfg.init_log_std, cfg.normalize_obs, image_shape=image, cost_critic=cost_critic,
-                                   sac=state_std)
+        agents = per_agent_actors(cfg, env) if cfg.actors == "per_agent" else None
+        try:
+            return GaussianActorCritic(obs_dim, action_dim, list(cfg.hidden), cfg.activation,
+                                       cfg.init_log_std, cfg.normalize_obs, image_shape=image, cost_critic=cost_critic,
+                                       sac=state_std, agents=agents)
+        except ValueError as exc:
+            raise UserError(f"policy.actors per_agent: {exc}") from exc
     if cfg.kind == "pi0":
         return make_pi0_policy(cfg, env, execute)
     if cfg.kind == "lerobot":

@@ -34,6 +34,9 @@ class RMConfig:
     reward: str = param("replace", choices=("replace", "add"))  # replace the task's reward by the machine's, or add them
     # potential-based shaping with Φ = V_RM and this γ (= algo.gamma); None: off
     shaping_gamma: float | None = param(None, ge=0, le=1)
+    # how a hierarchy of machines is learned: flat (one policy on its flat machine) | options (one option per
+    # callable machine, each trained on its own reward and ended at its return; roborl/rm/hierarchy_env.py)
+    learner: str = param("flat", choices=("flat", "options"))
 
 
 @dataclass
@@ -47,6 +50,9 @@ class ShieldConfig:
     cbf_alpha: float = param(0.5, gt=0, le=1)
     cbf_margin: float = param(0.02, ge=0)  # metres added to every keep-out radius
     automaton: str | None = None  # module:factory returning an AutomatonShield (e.g. roborl.shields.presets:pick_place_gripper)
+    arm_gap: float | None = param(None, gt=0)  # two-arm tasks (mujoco/TwoArmReach): metres the two TCPs keep apart
+    # composed: one assume-guarantee shield per arm, each on its own action | central: one shield on both arms' actions
+    arm_gap_shield: str = param("composed", choices=("composed", "central"))
     penalty: float = param(0.0, ge=0)  # subtracted from the reward of a step where the shield intervened
 
 
@@ -88,6 +94,9 @@ class PolicyConfig:
     activation: str = param("tanh", choices=tuple(ACTIVATIONS))  # of the hidden layers
     init_log_std: float = -0.5  # gaussian: the log standard deviation of the actions at the start (learned)
     normalize_obs: bool = True  # standardize state observations by running mean and std (saved with the checkpoint)
+    # gaussian on a multi-agent env (mujoco/TwoArmReach): joint (one actor on the whole state) | per_agent (one actor
+    # per agent on its own observation, the critic on the whole state: MAPPO)
+    actors: str = param("joint", choices=("joint", "per_agent"))
     init: str | None = None  # start from this checkpoint's weights (a BC policy, for RL fine-tuning)
     # take only these submodules from `init` (e.g. [backbone]: a VLA's pretrained backbone, a new expert)
     init_modules: list[str] = field(default_factory=list)
@@ -351,6 +360,12 @@ def check_relations(cfg: Config) -> None:
         if a.minibatches > rows:
             raise UserError(f"algo.minibatches ({a.minibatches}) must be at most the rows of one rollout, env.num_envs "
                             f"× train.rollout_steps{' / resources.learners' if r.learners > 1 else ''} = {rows}")
+    if e.rm.learner == "options" and t.algorithm != "ppo":
+        raise UserError(f"env.rm.learner options ends each option's return where its machine returns, which PPO's "
+                        f"advantages honour: set train.algorithm ppo (not {t.algorithm}), or env.rm.learner flat")
+    if e.rm.learner == "options" and e.rm.shaping_gamma is not None:
+        raise UserError("env.rm.shaping_gamma shapes a flat machine's reward; the option learner pays each machine's "
+                        "own reward (its reward terms give dense progress): leave shaping_gamma unset")
     if cfg.sac.batch_size > cfg.sac.buffer_size:
         raise UserError(f"sac.batch_size ({cfg.sac.batch_size}) must be at most sac.buffer_size ({cfg.sac.buffer_size})")
     if cfg.policy.flow_noise.min_std > cfg.policy.flow_noise.max_std:

@@ -81,7 +81,7 @@ GENERATIVE = (*COMMON_POLICY, "horizon", "denoiser", "hidden", "critic_hidden", 
 VLA = (*COMMON_POLICY, "horizon", "vla")
 # policy.kind -> (the policy keys it reads, its policy.rl_mode choices)
 POLICY_READS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "gaussian": (MLP_POLICY, ()),
+    "gaussian": ((*MLP_POLICY, "actors"), ()),
     "residual": (MLP_POLICY, ()),
     "diffusion": ((*GENERATIVE, "train_timesteps", "eta", "dppo"), ("dppo",)),
     "flow": ((*GENERATIVE, "flow_noise", "flow_sde", "fpo"), ("flow_noise", "flow_sde", "fpo")),

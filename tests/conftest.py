@@ -9,7 +9,8 @@ from helpers import ROOT, roborl  # noqa: E402
 
 torch.set_num_threads(1)
 
-TASKS = ["mujoco/Reach", "mujoco/Push", "mujoco/PickPlace", "mujoco/Stack", "mujoco/Sequence", "mujoco/ReachAvoid"]
+TASKS = ["mujoco/Reach", "mujoco/Push", "mujoco/PickPlace", "mujoco/Stack", "mujoco/Sequence", "mujoco/ReachAvoid",
+         "mujoco/Tour", "mujoco/TwoArmReach"]
 
 
 @pytest.fixture(params=TASKS)

@@ -12,6 +12,11 @@ def check_vecenv_contract(env: sim.VecEnv, steps: int) -> None:
     assert state.shape == (n, *env.observation_space["state"].shape) and state.dtype == torch.float32
     assert env.action_space.shape == (env.action_dim,)
     assert (env.action_space.low == -1).all() and (env.action_space.high == 1).all()
+    if env.agents:  # the agents' action dims partition the action, in order; their state columns exist
+        bounds = [a.action for a in env.agents.values()]
+        assert bounds[0][0] == 0 and bounds[-1][1] == env.action_dim
+        assert all(stop == start for (_, stop), (start, _) in zip(bounds, bounds[1:]))
+        assert all(a.state and max(a.state) < state.shape[1] for a in env.agents.values())
     saw_done = False
     for _ in range(steps):
         action = torch.rand(n, env.action_dim) * 2 - 1

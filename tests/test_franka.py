@@ -20,6 +20,8 @@ from roborl.robot.control_loop import client_policy
 from roborl.robot.franka import HOME_TCP, FrankaError, FrankaRobot
 from roborl.tasks.reach import SUCCESS_DIST
 
+pytestmark = pytest.mark.realtime  # timing is asserted: scripts/test.sh runs these alone
+
 FRANKY_SIM = shutil.which("franky-sim", path=str(Path(sys.executable).parent))
 GOALS = [np.array([0.6, 0.2, 0.15]), np.array([0.45, -0.2, 0.3]), np.array([0.65, 0.0, 0.08])]
 EE = {"env": {"controller": "ee_delta_pos", "control_dt": 0.05}, "action": {"chunk": 1, "scale": [0.04] * 3 + [0.02],
@@ -151,12 +153,15 @@ def test_the_robot_side_workspace_shield_holds_on_the_fr3(fr3):
     shielded = push_out_of_the_box(fr3[0], [{"type": "workspace", "low": LOW, "high": HIGH, "tcp": [15, 18],
                                              "max_step": 0.04}])
     # the shield keeps every target inside; the arm can overshoot a target only by its braking distance v²/2a
-    # at the speed it had (Ruckig plans each new target from the current velocity within the scaled limits)
-    speed = np.linalg.norm(np.diff(shielded, axis=0), axis=1).max() / EE["env"]["control_dt"]
-    braking = speed**2 / (2 * 13.0 * 0.2)  # franky's translational acceleration limit × the dynamics factor
+    # at the speed it had (Ruckig plans each new target from the current velocity within the scaled limits).
+    # The TCP is sampled once a period, so its mean speed over a period is measured; within the period the
+    # speed exceeds that mean by at most a·dt/2 (|dv/dt| ≤ a)
+    accel, dt = 13.0 * 0.2, EE["env"]["control_dt"]  # franky's translational acceleration limit × the dynamics factor
+    speed = np.linalg.norm(np.diff(shielded, axis=0), axis=1).max() / dt + accel * dt / 2
+    braking = speed**2 / (2 * accel)
     over = max(LOW[2] - shielded[:, 2].min(), shielded[:, 0].max() - HIGH[0])
     print(f"\npeak TCP speed {speed:.3f} m/s, braking distance {1000 * braking:.1f} mm, overshoot {1000 * over:.1f} mm")
-    assert over < braking + 0.002 and braking < 0.03
+    assert over < braking + 0.002 and braking < 0.035
     assert shielded[:, 0].max() > HIGH[0] - 0.01  # it did reach the box's edge
 
 

@@ -170,3 +170,144 @@ def test_env_rm_machine_takes_a_hierarchy_file_as_its_flat_machine(tmp_path):
     path.write_text("machine root\nr0\n[r1]\n(r0, r1, call missing, 'a', 1)\n")
     with pytest.raises(ValueError, match=r"three_levels.rm: hierarchy: machine 'root' calls 'missing'"):
         load_machine(str(path))
+
+
+def with_terms() -> Hierarchy:
+    """`touch` pays the term `near` while it waits and 2 when it accepts; the root pays `far` before calling."""
+    touch = RMBuilder("t0").edge("t0", "t0", "!a", "near").edge("t0", "t1", "a", 2.0).accepting("t1").build()
+    root = (RMBuilder("r0").edge("r0", "r0", "!b", "far").call("r0", "r1", "touch", "b", 0.5)
+            .call("r1", "r2", "touch", "c", 1.0).accepting("r2").build())
+    return Hierarchy({"root": root, "touch": touch}, "root")
+
+
+def test_reward_terms_are_paid_alike_by_the_reference_the_batched_stack_and_the_flat_machine():
+    h = with_terms()
+    terms = ["near", "far"]
+    flat = flatten(h)
+    compiled_h, compiled_flat = CompiledHierarchy(h, LABELS, terms), CompiledRM(flat, LABELS, terms)
+    traces = random_traces(200, 20, seed=2)
+    values = torch.rand(20, len(traces), len(terms))
+    stack, u = compiled_h.reset(len(traces)), torch.full((len(traces),), compiled_flat.initial)
+    configs = [h.initial] * len(traces)
+    paid_terms = own_terms = 0
+    for t in range(20):
+        labels = torch.tensor([[name in trace[t] for name in LABELS] for trace in traces])
+        before = compiled_h.configs(stack)
+        stack, r_h = compiled_h.step(stack, labels, values[t])
+        u, r_flat = compiled_flat.step(u, labels, values[t])
+        torch.testing.assert_close(r_h, r_flat)
+        for i, trace in enumerate(traces):
+            configs[i], r = h.step(configs[i], trace[t], dict(zip(terms, values[t, i].tolist())))
+            assert r_h[i].item() == pytest.approx(r, abs=1e-6)
+            _, own, _, returned = h.transition(before[i], trace[t])
+            own_value = values[t, i, terms.index(own)].item() if isinstance(own, str) else own
+            assert stack["own"][i].item() == pytest.approx(own_value, abs=1e-6) and stack["returned"][i] == returned
+            paid_terms += isinstance(own, str) and own_value > 0
+            own_terms += returned
+        assert compiled_h.configs(stack) == configs
+    assert paid_terms and own_terms  # both kinds of step were exercised
+
+
+def test_a_term_on_an_edge_that_returns_or_calls_is_refused():
+    touch = RMBuilder("t0").edge("t0", "t1", "a", "near").accepting("t1").build()
+    root = RMBuilder("r0").call("r0", "r1", "touch", "true").accepting("r1").build()
+    with pytest.raises(ValueError, match="'touch' pays the reward term 'near' on an edge that calls or returns"):
+        Hierarchy({"root": root, "touch": touch}, "root")
+    with pytest.raises(ValueError, match="pays reward terms \\['far', 'near'\\] that the env does not publish"):
+        CompiledHierarchy(with_terms(), LABELS)
+
+
+def test_the_option_learner_sees_the_innermost_machine_and_is_paid_its_own_reward():
+    """The expert tours red, blue, red, yellow, red, blue: the options it passes through are the three touch
+    machines (touch_a three times), each call's option ends where it returns and pays 1 there, and the
+    hierarchy's acceptance ends the episode with the task's success."""
+    from helpers import ROOT
+
+    from roborl import sim, tasks
+    from roborl.rm import HierarchyEnv, load_hierarchy
+
+    h = load_hierarchy(str(ROOT / "tasks" / "tour.rm"))
+    base = sim.make("mujoco/Tour", 4, seed=0)
+    env, expert = HierarchyEnv(base, h), tasks.EXPERTS["mujoco/Tour"](base)
+    obs = env.reset(seed=0)
+    width = base.observation_space["state"].shape[0]
+    assert env.num_options == 7 + 2 * 3 and obs["state"].shape[1] == width + env.num_options
+    names = env.option_names
+    touches, returns_paid, approach = [[] for _ in range(4)], torch.zeros(4), torch.zeros(4)
+    finished = torch.zeros(4, dtype=torch.bool)
+    for _ in range(150):
+        option = obs["rm_state"].clone()
+        assert (obs["state"][torch.arange(4), width + option] == 1).all()
+        obs, reward, term, trunc, info = env.step(expert.act(obs))
+        expert.reset(term | trunc)
+        for i in (~finished).nonzero().flatten().tolist():
+            name = names[int(option[i])]
+            if name.startswith("touch") and (not touches[i] or touches[i][-1] != name):
+                touches[i].append(name)
+        ended = info["option_end"] & ~finished
+        assert (reward[ended] == 1.0).all()  # a touch machine pays 1 where it returns, nothing else that step
+        returns_paid += ended.float()
+        approach += torch.where(ended | finished, torch.zeros_like(reward), reward)
+        assert info["success"][term].all() and info["rm_accepted"][term].all()
+        finished |= term
+        if finished.all():
+            break
+    assert finished.all(), "the expert finished every tour in one episode"
+    assert touches == [["touch_a.0", "touch_b.0", "touch_a.0", "touch_c.0", "touch_a.0", "touch_b.0"]] * 4
+    assert (returns_paid == 6).all() and (approach > 0.5).all()  # the approach terms paid progress on the way
+
+
+def test_option_learner_config_errors(tmp_path):
+    from helpers import ROOT
+
+    from roborl.builder import make_env
+    from roborl.config import config_from_dict
+    from roborl.errors import UserError
+
+    tour = {"env": {"id": "mujoco/Tour", "num_envs": 4, "rm": {"machine": str(ROOT / "tasks" / "tour.rm"),
+                                                                "learner": "options"}}}
+    with pytest.raises(UserError, match="set train.algorithm ppo \\(not sac\\)"):
+        config_from_dict({**tour, "train": {"algorithm": "sac"}})
+    with pytest.raises(UserError, match="leave shaping_gamma unset"):
+        config_from_dict({"env": {**tour["env"], "rm": {**tour["env"]["rm"], "shaping_gamma": 0.9}}})
+    cfg = config_from_dict({"env": {**tour["env"], "rm": {"machine": str(ROOT / "tasks" / "sequence.rm"),
+                                                            "learner": "options"}}})
+    with pytest.raises(UserError, match="sequence.rm is a flat machine"):
+        make_env(cfg.env, 2, 0, torch.device("cpu"))
+
+
+def test_ppo_ends_an_options_return_where_its_machine_returns(tmp_path):
+    """One PPO rollout on Tour with the option learner, acted by the expert (so calls do return): the buffer's
+    episode ends are the env's ends plus the steps where a touch machine returned, and the rewards are each
+    option's own (1 where it returns)."""
+    from helpers import ROOT
+
+    from roborl import tasks
+    from roborl.collect import EpisodeLog
+    from roborl.config import load_config
+    from roborl.policies.act import Act
+    from roborl.runner import Runner
+
+    cfg = load_config(ROOT / "configs" / "hrm_tour_options.yaml", [
+        f"train.run_dir={tmp_path}", "train.name=options", "env.num_envs=4", "train.rollout_steps=60",
+        "train.progress=false", "train.video=false", "policy.hidden=[16]"])
+    runner = Runner(cfg)
+    expert = tasks.EXPERTS["mujoco/Tour"](runner.env.unwrapped)
+    runner.algo.act = lambda obs: Act(expert.act(obs), torch.zeros(4), torch.zeros(4))
+    seen = []
+    step = runner.env.step
+
+    def recording_step(action):
+        out = step(action)
+        seen.append((out[4]["option_end"].clone(), (out[2] | out[3]).clone()))
+        return out
+
+    runner.env.step = recording_step
+    runner.obs = runner.algo.collect(runner.env, runner.env.reset(seed=0), EpisodeLog())
+    buffer = runner.algo.buffer
+    option_end = torch.stack([o for o, _ in seen])
+    episode_end = torch.stack([d for _, d in seen])
+    assert option_end.sum() >= 8  # the expert's touches returned
+    assert torch.equal(buffer.dones.bool().cpu(), option_end | episode_end)
+    assert (buffer.rewards.cpu()[option_end] == 1.0).all()
+    runner.close()

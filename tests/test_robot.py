@@ -15,6 +15,8 @@ from roborl.robot import ControlLoop, TemporalEnsembler
 from roborl.robot.control_loop import client_policy
 from roborl.robot.twin import TwinRobot
 
+pytestmark = pytest.mark.realtime  # timing is asserted: scripts/test.sh runs these alone
+
 SPHERE, RADIUS = np.array([0.5, 0.0, 0.2]), 0.07
 TCP = slice(15, 18)
 

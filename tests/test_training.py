@@ -35,6 +35,7 @@ def scalars(run_dir, tag):
 
 
 @pytest.mark.learning
+@pytest.mark.realtime  # with test_franka.py, which drives the FR3 with this run's policy (one session fixture)
 def test_ppo_learns_reach(reach_run):
     run, proc = reach_run
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -321,7 +321,8 @@ class PPO(Algorithm):
                 reward = bootstrap_timeouts(reward, step.truncated, policy.value(final_obs), cfg.gamma)
                 if safe:
                     cost = bootstrap_timeouts(cost, step.truncated, policy.cost_value(final_obs), cfg.gamma)
-            buffer.add(step.obs, step.act, reward, step.done, cost if safe else None,
+            done = step.done | step.info["option_end"] if "option_end" in step.info else step.done  # options end returns
+            buffer.add(step.obs, step.act, reward, done, cost if safe else None,
                        policy.cost_value(step.obs) if safe else None)
             log.record(step.info)
 

@@ -14,6 +14,7 @@ from torch.distributions import Normal
 from roborl.policies.act import Act
 from roborl.policies.base import Policy
 from roborl.policies.cnn import CNNEncoder
+from roborl.policies.multi_agent import PerAgentActor
 from roborl.policies.normalizer import RunningNormalizer
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
@@ -54,13 +55,20 @@ class GaussianActorCritic(Policy):
     def __init__(self, obs_dim: int, action_dim: int, hidden: list[int] = (256, 256), activation: str = "tanh",
                  init_log_std: float = -0.5, normalize_obs: bool = True,
                  image_shape: tuple[int, int] | None = None, image_features: int = 256, cost_critic: bool = False,
-                 sac: bool = False) -> None:
+                 sac: bool = False, agents: dict[str, tuple[tuple[int, ...], int]] | None = None) -> None:
+        """`agents` (name -> state columns, action dims): one actor per agent on its own columns, the critic on
+        the whole state (MAPPO; policies/multi_agent.py)."""
         super().__init__()
         self.sac, self.action_dim = sac, action_dim
         self.normalizer = RunningNormalizer(obs_dim) if normalize_obs else None
         self.encoder = CNNEncoder(*image_shape, image_features) if image_shape else None
         self.feature_dim = in_dim = obs_dim + (image_features if image_shape else 0)
-        self.actor = mlp([in_dim, *hidden, action_dim * (2 if sac else 1)], activation, 0.01)
+        if agents:
+            if sac or image_shape:
+                raise ValueError("per-agent actors are PPO's on state observations (no SAC, no images)")
+            self.actor = PerAgentActor(agents, lambda inputs, out: mlp([inputs, *hidden, out], activation, 0.01))
+        else:
+            self.actor = mlp([in_dim, *hidden, action_dim * (2 if sac else 1)], activation, 0.01)
         if sac:
             nn.init.constant_(self.actor[-1].bias[action_dim:], float(init_log_std))
         self.critic = None if sac else mlp([in_dim, *hidden, 1], activation, 1.0)

@@ -26,6 +26,22 @@ from roborl.sim.wrapper import VecEnvWrapper
 REWARD_MODES = ("replace", "add")
 
 
+def state_space_plus(env: VecEnv, extra: int) -> gym.spaces.Dict:
+    """The env's observation space with `extra` more columns of `state` (a machine's one-hot)."""
+    spaces = dict(env.observation_space.spaces)
+    spaces["state"] = gym.spaces.Box(-np.inf, np.inf, (spaces["state"].shape[0] + extra,), np.float32)
+    return gym.spaces.Dict(spaces)
+
+
+def add_termination_hook(env: VecEnv, hook, where: str) -> None:
+    """Steps a machine inside the simulator's step, so that an episode ends in the step its machine does."""
+    sim_env = env.unwrapped
+    if not hasattr(sim_env, "termination_hooks"):
+        raise SimError(f"{type(sim_env).__name__} cannot end episodes {where} (no termination_hooks); use a "
+                       "mujoco/ task")
+    sim_env.termination_hooks.append(hook)
+
+
 class RewardMachineEnv(VecEnvWrapper):
     def __init__(self, env: VecEnv, rm: RewardMachine, reward_mode: str = "replace",
                  shaping_gamma: float | None = None, term_bound: float = 0.0) -> None:
@@ -41,16 +57,10 @@ class RewardMachineEnv(VecEnvWrapper):
         U = self.machine.num_states
         self.potential = (self.machine.values(shaping_gamma, term_bound=term_bound) if shaping_gamma is not None
                           else torch.zeros(U, device=env.device))
-        spaces = dict(env.observation_space.spaces)
-        spaces["state"] = gym.spaces.Box(-np.inf, np.inf, (spaces["state"].shape[0] + U,), np.float32)
-        self.observation_space = gym.spaces.Dict(spaces)
+        self.observation_space = state_space_plus(env, U)
         self.u = torch.full((env.num_envs,), self.machine.initial, dtype=torch.long, device=env.device)
         self._pending: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-        sim_env = env.unwrapped
-        if not hasattr(sim_env, "termination_hooks"):
-            raise SimError(f"{type(sim_env).__name__} cannot end episodes at terminal reward-machine states "
-                           "(no termination_hooks); use a mujoco/ task")
-        sim_env.termination_hooks.append(self._advance)
+        add_termination_hook(env, self._advance, "at terminal reward-machine states")
 
     def _advance(self, labels: torch.Tensor, terms: torch.Tensor | None) -> torch.Tensor:
         if self._pending is not None:

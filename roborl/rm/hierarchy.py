@@ -5,8 +5,12 @@ machine K is taken, as a plain edge is, when its context holds for the step's la
 state may hold, call or not). The run then goes on in M's initial state, which reads the same labels (a call
 takes no step of its own), and once M reaches an accepting state it returns to K in u', which pays the call
 edge's reward. A machine that fails fails the whole hierarchy; the hierarchy accepts when the root accepts. A
-step pays the rewards of every edge it takes, at every level. Calls nest but never recurse, so a
-configuration (the call stack with each caller's return state, and the innermost state) is one of finitely many:
+step pays the rewards of every edge it takes, at every level. An edge may pay one of the task's reward terms
+(`approach_a`: dense progress while a machine waits) unless it completes a call, whose return adds the caller's
+number. What the innermost machine's own edge pays in a step is that machine's reward (`own`): the option
+learner (roborl/rm/hierarchy_env.py) trains each callable machine's option on it. Calls nest but never recurse,
+so a configuration (the call stack with each caller's return state, and the innermost state) is one of finitely
+many:
 
 - `Hierarchy.step(config, labels)`: the one-env reference semantics;
 - `flatten(h)`: the flat `RewardMachine` over the reachable configurations (what a flat learner is given);
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from roborl.rm.machine import Edge, RewardMachine
+from roborl.rm.machine import Edge, Reward, RewardMachine
 
 Frame = tuple[str, str, float]  # (machine, state, reward its call edge pays on return); the innermost pays 0
 Config = tuple[Frame, ...]
@@ -51,8 +55,10 @@ class Hierarchy:
                     raise ValueError(f"hierarchy: machine '{callee}' is called but never accepts (no return)")
                 if called.initial in called.accepting:
                     raise ValueError(f"hierarchy: machine '{callee}' accepts in its initial state: a call would do nothing")
-            if any(isinstance(e.reward, str) for e in machine.edges):
-                raise ValueError(f"hierarchy: machine '{name}' pays a reward term; a hierarchy's rewards are numbers")
+            for e in machine.edges:
+                if isinstance(e.reward, str) and (e.call is not None or (name != self.root and e.dst in machine.accepting)):
+                    raise ValueError(f"hierarchy: machine '{name}' pays the reward term '{e.reward}' on an edge that "
+                                     "calls or returns; those pay numbers (a term can be paid while a machine waits)")
         self.depth = self._depth(self.root, ())
 
     def _depth(self, name: str, path: tuple[str, ...]) -> int:
@@ -76,31 +82,42 @@ class Hierarchy:
     def fails(self, config: Config) -> bool:
         return config == FAILED
 
-    def step(self, config: Config, true_labels: set[str]) -> tuple[Config, float]:
-        """The reference semantics of one step of one env: (next configuration, reward)."""
+    def step(self, config: Config, true_labels: set[str],
+             terms: dict[str, float] | None = None) -> tuple[Config, float]:
+        """The reference semantics of one step of one env: (next configuration, reward); `terms` are the task's
+        reward terms of this step, by name."""
+        config, own, paid, _ = self.transition(config, true_labels)
+        own_value = (terms or {}).get(own, 0.0) if isinstance(own, str) else own
+        return config, own_value + paid
+
+    def transition(self, config: Config, true_labels: set[str]) -> tuple[Config, Reward, float, bool]:
+        """One step of one env: (next configuration, what the innermost machine's own edge pays (a number or a
+        reward term), what the returns pay, whether a call returned)."""
         if self.accepts(config) or self.fails(config):
-            return config, 0.0
-        stack, reward = list(config), 0.0
+            return config, 0.0, 0.0, False
+        stack = list(config)
         while True:
             name, state, _ = stack[-1]
             machine = self.machines[name]
             edge = machine.edge_taken(state, true_labels)
             if edge is None:
-                return tuple(stack), reward
+                return tuple(stack), 0.0, 0.0, False
             if edge.call is not None:  # the callee reads the same labels
                 stack[-1] = (name, edge.dst, float(edge.reward))
                 stack.append((edge.call, self.machines[edge.call].initial, 0.0))
                 continue
-            reward += float(edge.reward)
+            own = edge.reward if isinstance(edge.reward, str) else float(edge.reward)
             stack[-1] = (name, edge.dst, 0.0)
             if edge.dst in machine.failing:
-                return FAILED, reward
+                return FAILED, own, 0.0, False
+            paid, returned = 0.0, False
             while len(stack) > 1 and stack[-1][1] in self.machines[stack[-1][0]].accepting:  # returns
                 stack.pop()
-                caller, back, paid = stack[-1]
-                reward += paid
+                caller, back, pays = stack[-1]
+                paid += pays
+                returned = True
                 stack[-1] = (caller, back, 0.0)
-            return tuple(stack), reward
+            return tuple(stack), own, paid, returned
 
     @classmethod
     def from_text(cls, text: str) -> Hierarchy:
@@ -154,7 +171,8 @@ def flatten(h: Hierarchy) -> RewardMachine:
     while todo:
         config = todo.pop()
         for combo in combos:
-            nxt, reward = h.step(config, set(combo))
+            nxt, own, paid, _ = h.transition(config, set(combo))
+            reward = own if isinstance(own, str) else own + paid  # a term is never paid with a return
             if nxt != config or reward != 0.0:
                 edges.setdefault((config, nxt, reward), []).append(combo)
             if nxt not in seen:
@@ -173,21 +191,29 @@ def flatten(h: Hierarchy) -> RewardMachine:
 
 class CompiledHierarchy:
     """N envs of a hierarchy at once. Per env: the call stack (`machine`, `state`: D long each, the innermost
-    at `depth`; `paid`: D float, what each caller's call edge pays on return) and `failed`. Per machine k,
-    padded to the largest machine: `next_state[k, u, code]`, `reward[k, u, code]` and `callee[k, u, code]`
-    (−1: a plain edge or none) over the label codes of `label_names`, as `CompiledRM` builds them."""
+    at `depth`; `paid`: D float, what each caller's call edge pays on return), `failed`, and what the last step
+    did: `own` (what the innermost machine's own edge paid) and `returned` (a call returned). Per machine k,
+    padded to the largest machine: `next_state[k, u, code]`, `reward[k, u, code]`, `term[k, u, code]` (−1: none;
+    else the column of the task's reward terms the edge pays) and `callee[k, u, code]` (−1: a plain edge or
+    none) over the label codes of `label_names`, as `CompiledRM` builds them."""
 
-    def __init__(self, h: Hierarchy, label_names: list[str] | tuple[str, ...], device: torch.device | str = "cpu") -> None:
-        label_names = list(label_names)
+    def __init__(self, h: Hierarchy, label_names: list[str] | tuple[str, ...],
+                 term_names: list[str] | tuple[str, ...] = (), device: torch.device | str = "cpu") -> None:
+        label_names, term_names = list(label_names), list(term_names)
         unknown = h.labels - set(label_names)
         if unknown:
             raise ValueError(f"hierarchy uses labels {sorted(unknown)} that the env does not publish ({label_names})")
-        self.h, self.label_names = h, label_names
+        missing = {t for m in h.machines.values() for t in m.terms} - set(term_names)
+        if missing:
+            raise ValueError(f"hierarchy pays reward terms {sorted(missing)} that the env does not publish "
+                             f"(its reward terms: {term_names or 'none'})")
+        self.h, self.label_names, self.term_names = h, label_names, term_names
         self.names = list(h.machines)
         K, U, C = len(self.names), max(len(m.states) for m in h.machines.values()), 2 ** len(label_names)
         self.next_state = torch.zeros(K, U, C, dtype=torch.long)
         self.reward = torch.zeros(K, U, C)
         self.callee = torch.full((K, U, C), -1, dtype=torch.long)
+        self.term = torch.full((K, U, C), -1, dtype=torch.long)
         self.accepting = torch.zeros(K, U, dtype=torch.bool)
         self.failing = torch.zeros(K, U, dtype=torch.bool)
         self.initial_state = torch.zeros(K, dtype=torch.long)
@@ -201,11 +227,13 @@ class CompiledHierarchy:
                 for code in range(C):
                     edge = m.edge_taken(s, {n for bit, n in enumerate(label_names) if code >> bit & 1})
                     self.next_state[k, index[s], code] = index[edge.dst] if edge else index[s]
-                    if edge is not None:
+                    if edge is not None and isinstance(edge.reward, str):
+                        self.term[k, index[s], code] = term_names.index(edge.reward)
+                    elif edge is not None:
                         self.reward[k, index[s], code] = float(edge.reward)
                         if edge.call is not None:
                             self.callee[k, index[s], code] = self.names.index(edge.call)
-        tables = ("next_state", "reward", "callee", "accepting", "failing", "initial_state")
+        tables = ("next_state", "reward", "term", "callee", "accepting", "failing", "initial_state")
         for key in tables:
             setattr(self, key, getattr(self, key).to(device))
         self.bits = (2 ** torch.arange(len(label_names))).to(device)
@@ -221,7 +249,9 @@ class CompiledHierarchy:
         state[:, 0] = self.initial_state[self.root]
         return {"machine": machine, "state": state, "paid": torch.zeros(n, D, device=self.device),
                 "depth": torch.zeros(n, dtype=torch.long, device=self.device),
-                "failed": torch.zeros(n, dtype=torch.bool, device=self.device)}
+                "failed": torch.zeros(n, dtype=torch.bool, device=self.device),
+                "own": torch.zeros(n, device=self.device),
+                "returned": torch.zeros(n, dtype=torch.bool, device=self.device)}
 
     def accepts(self, stack: dict) -> torch.Tensor:
         top = self._top(stack)
@@ -231,13 +261,15 @@ class CompiledHierarchy:
         rows = torch.arange(len(stack["depth"]), device=self.device)
         return stack["machine"][rows, stack["depth"]], stack["state"][rows, stack["depth"]]
 
-    def step(self, stack: dict, labels: torch.Tensor) -> tuple[dict, torch.Tensor]:
-        """(the stacks after one step, reward N) for labels N×P (bool)."""
+    def step(self, stack: dict, labels: torch.Tensor, terms: torch.Tensor | None = None) -> tuple[dict, torch.Tensor]:
+        """(the stacks after one step, reward N) for labels N×P (bool) and the task's reward terms N×T."""
         stack = {k: v.clone() for k, v in stack.items()}
         n = len(labels)
         rows = torch.arange(n, device=self.device)
         code = (labels.long() * self.bits).sum(-1)
         reward = torch.zeros(n, device=self.device)
+        stack["own"] = torch.zeros(n, device=self.device)
+        stack["returned"] = torch.zeros(n, dtype=torch.bool, device=self.device)
         active = ~(stack["failed"] | self.accepts(stack))
         for _ in range(self.max_depth):  # at most D − 1 calls in one step, then a plain edge or none
             m, u = self._top(stack)
@@ -255,7 +287,14 @@ class CompiledHierarchy:
             stack["paid"][rows[calling], d_in] = 0.0
             stack["depth"][calling] = d_in
             # a plain edge (or none: the state stays): its reward, failure, then the returns it completes
-            reward = reward + torch.where(plain, self.reward[m, u, code], torch.zeros_like(reward))
+            own = self.reward[m, u, code]
+            term = self.term[m, u, code]
+            if terms is not None and terms.shape[-1] > 0:
+                pays = terms.to(own.dtype).gather(-1, term.clamp(min=0)[:, None]).squeeze(-1)
+                own = torch.where(term >= 0, pays, own)
+            own = torch.where(plain, own, torch.zeros_like(own))
+            stack["own"] = stack["own"] + own
+            reward = reward + own
             stack["state"][rows[plain], d[plain]] = nxt[plain]
             stack["failed"] |= plain & self.failing[m, nxt]
             returning = plain & ~stack["failed"]
@@ -265,6 +304,7 @@ class CompiledHierarchy:
                 stack["depth"] = stack["depth"] - back.long()
                 paid = stack["paid"][rows, stack["depth"]]
                 reward = reward + torch.where(back, paid, torch.zeros_like(paid))
+                stack["returned"] |= back
                 stack["paid"][rows[back], stack["depth"][back]] = 0.0
                 returning = back
             active = calling

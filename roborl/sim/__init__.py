@@ -11,6 +11,6 @@ from roborl.sim import (
 )
 from roborl.sim.errors import SimError  # noqa: E402
 from roborl.sim.registry import available, make, register, register_prefix  # noqa: E402
-from roborl.sim.vec_env import Obs, VecEnv  # noqa: E402
+from roborl.sim.vec_env import AgentSpace, Obs, VecEnv  # noqa: E402
 
-__all__ = ["Obs", "SimError", "VecEnv", "available", "make", "register", "register_prefix"]
+__all__ = ["AgentSpace", "Obs", "SimError", "VecEnv", "available", "make", "register", "register_prefix"]

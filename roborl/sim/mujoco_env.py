@@ -43,7 +43,7 @@ class MujocoVecEnv(VecEnv):
 
     def __init__(
         self,
-        model_path: str | Path,
+        model_path: str | Path | mujoco.MjModel,
         num_envs: int = 1,
         *,
         substeps: int = 10,
@@ -70,7 +70,8 @@ class MujocoVecEnv(VecEnv):
             raise SimError(f"num_envs must be >= 1, got {num_envs}")
         self.group_size = self._check_group_size(group_size, num_envs)
         self.critic_state = critic_state
-        self.model = mujoco.MjModel.from_xml_path(str(model_path))
+        self.model = (model_path if isinstance(model_path, mujoco.MjModel)  # a scene composed in code (MjSpec)
+                      else mujoco.MjModel.from_xml_path(str(model_path)))
         if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, camera) < 0:
             names = [self.model.camera(i).name for i in range(self.model.ncam)]
             raise SimError(f"unknown camera '{camera}'; the scene's cameras: {', '.join(names)}")

@@ -3,12 +3,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import torch
 
 Obs = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AgentSpace:
+    """One agent of an env that several agents share (`VecEnv.agents`): the columns of `state` it observes and
+    the action dims it commands (`action[:, start:stop]`). The state stays whole for a centralized critic."""
+    state: tuple[int, ...]
+    action: tuple[int, int]
+
+    @property
+    def action_dim(self) -> int:
+        return self.action[1] - self.action[0]
 
 
 class VecEnv:
@@ -31,6 +44,9 @@ class VecEnv:
     # where it does not, the runner keeps its best checkpoint by mean return (train.best_metric auto)
     reports_success: bool = True
     one_per_process: bool = False  # the simulator allows one env per process (Isaac Lab): trainers evaluate in it
+    # several agents in one env (tasks/two_arms.py): name -> AgentSpace, their action dims partitioning the
+    # action in order; empty for one agent. Rewards, success and episode ends are shared (a cooperative task).
+    agents: dict[str, AgentSpace] = {}
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> Obs:
         """`options` follows Gymnasium's convention; backends that support it take `group_size` (groups

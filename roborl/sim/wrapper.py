@@ -15,6 +15,7 @@ class VecEnvWrapper(VecEnv):
         self.observation_space, self.action_space = env.observation_space, env.action_space
         self.label_names, self.reward_term_names = env.label_names, env.reward_term_names
         self.max_episode_steps, self.control_dt = env.max_episode_steps, env.control_dt
+        self.agents = env.agents  # wrappers append to `state` (the agents' columns stay where they were)
 
     @property
     def action_dim(self) -> int:

@@ -8,11 +8,15 @@ from roborl.tasks.reach import ReachEnv, ReachExpert
 from roborl.tasks.reach_avoid import ReachAvoidEnv, ReachAvoidExpert
 from roborl.tasks.sequence import SequenceEnv, SequenceExpert
 from roborl.tasks.stack import StackEnv, StackExpert
+from roborl.tasks.tour import TourEnv, TourExpert
+from roborl.tasks.two_arms import TwoArmReachEnv, TwoArmReachExpert
 
 EXPERTS = {"mujoco/Reach": ReachExpert, "mujoco/Push": PushExpert,
            "mujoco/PickPlace": PickPlaceExpert, "mujoco/Stack": StackExpert, "mujoco/Sequence": SequenceExpert,
-           "mujoco/ReachAvoid": ReachAvoidExpert, **{task: LangTabletopExpert for task in LANG_TABLETOP_IDS}}
+           "mujoco/ReachAvoid": ReachAvoidExpert, "mujoco/Tour": TourExpert,
+           "mujoco/TwoArmReach": TwoArmReachExpert, **{task: LangTabletopExpert for task in LANG_TABLETOP_IDS}}
 
 __all__ = ["EXPERTS", "LangTabletopEnv", "LangTabletopExpert", "LANG_TASKS",
-           "PickPlaceEnv", "PushEnv", "ReachAvoidEnv", "ReachEnv", "SequenceEnv", "StackEnv",
-           "PickPlaceExpert", "PushExpert", "ReachAvoidExpert", "ReachExpert", "SequenceExpert", "StackExpert"]
+           "PickPlaceEnv", "PushEnv", "ReachAvoidEnv", "ReachEnv", "SequenceEnv", "StackEnv", "TourEnv",
+           "PickPlaceExpert", "PushExpert", "ReachAvoidExpert", "ReachExpert", "SequenceExpert", "StackExpert",
+           "TourExpert", "TwoArmReachEnv", "TwoArmReachExpert"]

@@ -21,6 +21,14 @@ TCP_HIGH = torch.tensor([0.8, 0.4, 0.45], dtype=torch.float64)
 ARM_OBS = {"q": slice(0, 7), "qvel": slice(7, 14), "gripper": slice(14, 15), "tcp": slice(15, 18)}
 
 
+def ik_step(q: torch.Tensor, target: torch.Tensor, p: torch.Tensor, R: torch.Tensor, J: torch.Tensor,
+            down: torch.Tensor, damping: float = 0.05) -> torch.Tensor:
+    """Damped least-squares joint step toward `target` with the gripper held at the orientation `down`, from
+    the TCP pose (p, R) and Jacobian J at q; the null space pulls toward the home posture."""
+    rot_err = 0.5 * torch.linalg.cross(R, down.expand_as(R), dim=1).sum(-1)
+    return damped_least_squares(torch.cat([target - p, rot_err], -1), J, 0.1 * (HOME - q), damping)
+
+
 class ArmEnv(MujocoVecEnv):
     """Arm on a table. Actions: `ee_delta_pos` (dx, dy, dz, gripper), solved by batched damped
     least-squares IK with the gripper held pointing down, or `joint_delta_pos` / `joint_pos`
@@ -108,10 +116,7 @@ class ArmEnv(MujocoVecEnv):
 
     def ik_step(self, q: torch.Tensor, target: torch.Tensor, p: torch.Tensor, R: torch.Tensor, J: torch.Tensor,
                 damping: float = 0.05) -> torch.Tensor:
-        """Damped least-squares joint step toward `target` with the gripper pointing down, from the TCP
-        pose (p, R) and Jacobian J at q; the null space pulls toward the home posture."""
-        rot_err = 0.5 * torch.linalg.cross(R, self.down.expand_as(R), dim=1).sum(-1)
-        return damped_least_squares(torch.cat([target - p, rot_err], -1), J, 0.1 * (HOME - q), damping)
+        return ik_step(q, target, p, R, J, self.down, damping)
 
     def _arm_obs(self) -> torch.Tensor:
         return torch.cat([self.arm_q, 0.1 * self.qvel[:, :7], self.gripper_gap[:, None] * 10, self.tcp], -1)

@@ -30,6 +30,7 @@ class SequenceEnv(ArmEnv):
     label_names = tuple(f"at_{n}" for n in NAMES)
     reward_term_names = tuple(f"approach_{n}" for n in NAMES)
     episode_length = 100
+    order = (0, 1, 2)  # the targets to touch, in this order (tasks/tour.py repeats them)
 
     def _setup(self) -> None:
         super()._setup()
@@ -61,10 +62,10 @@ class SequenceEnv(ArmEnv):
     def _evaluate(self) -> dict[str, torch.Tensor]:
         dist = self.distances()
         at = dist < TOUCH_DIST
-        rows = torch.arange(self.num_envs)
-        nxt = at[rows, self.progress.clamp(max=2)] & (self.progress < 3)
-        self.progress += nxt.long()
-        success = self.progress >= 3
+        rows, steps = torch.arange(self.num_envs), len(self.order)
+        wanted = torch.tensor(self.order)[self.progress.clamp(max=steps - 1)]
+        self.progress += (at[rows, wanted] & (self.progress < steps)).long()
+        success = self.progress >= steps
         approach = APPROACH_GAIN * (self.last_dist - dist)  # progress toward each target this step
         self.last_dist = dist
         return {"reward": success.double(), "success": success, "terminated": success, "labels": at,
@@ -77,8 +78,8 @@ class SequenceEnv(ArmEnv):
 class SequenceExpert(ScriptedExpert):
     def plan(self):
         env = self.env
-        target = self.select([env.targets[:, i] for i in range(3)])
-        return target, torch.ones(env.num_envs), self.at(target, 0.02) & (self.phase < 3)
+        target = self.select([env.targets[:, i] for i in env.order])
+        return target, torch.ones(env.num_envs), self.at(target, 0.02) & (self.phase < len(env.order))
 
 
 @register("mujoco/Sequence")

@@ -1,0 +1,75 @@
+"""Hierarchies of reward machines on Tour (touch red, blue, red, yellow, red, blue), over training seeds: PPO
+learning the hierarchy of tasks/tour.rm with one option per touch machine (configs/hrm_tour_options.yaml), PPO
+on its flat machine with shaping (configs/hrm_tour_flat.yaml) and PPO on the task's sparse reward
+(configs/ppo_tour_sparse.yaml), each with the same env-step budget.
+
+Prints, per learner, the final deterministic eval success over the seeds (mean with a 95% bootstrap CI, IQM
+from 5 seeds), the seeds that reach 80%, the median env steps and minutes to 80%, and each seed's result.
+Writes `docs/results/hrm.{json,md,png}`.
+
+Usage: python bench/hrm.py [--run-dir runs/hrm] [--seeds 0 1 2] [--steps 1200000] [--jobs 1] [--reuse]
+About 45 minutes on 2 CPU cores with the defaults (nine runs of about 5 minutes, one after the other).
+"""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from study import first_reaching, mean_curve, seeds_study_parser, train_runs, write_results
+
+from roborl.stats import summarize
+
+ROOT = Path(__file__).resolve().parents[1]
+LEARNERS = {"options (HRM)": "hrm_tour_options", "flat machine": "hrm_tour_flat", "sparse reward": "ppo_tour_sparse"}
+TARGET = 0.8
+
+
+def row(learner: str, config: str, seeds: list[int], summaries: list[dict]) -> dict:
+    finals = [s["success_rate"] for s in summaries]
+    reached = [first_reaching(s["eval_history"], TARGET) for s in summaries]
+    never = float("inf")
+    steps = statistics.median([r[0] if r else never for r in reached])
+    minutes = statistics.median([r[1] / 60 if r else never for r in reached])
+    return {"learner": learner, "config": f"configs/{config}.yaml", "seeds": seeds, **summarize([finals]),
+            "final_success": finals, "reached": sum(r is not None for r in reached),
+            "median_env_steps_to_target": None if steps == never else steps,
+            "median_minutes_to_target": None if minutes == never else minutes,
+            "env_steps": [s["env_steps"] for s in summaries], "minutes": [s["wall_time_s"] / 60 for s in summaries],
+            "eval_history": [s["eval_history"] for s in summaries]}
+
+
+def main() -> None:
+    args = seeds_study_parser(__doc__.splitlines()[0], "runs/hrm", 1_200_000).parse_args()
+    jobs = [(learner, config, seed) for learner, config in LEARNERS.items() for seed in args.seeds]
+    done = train_runs([(f"{config}_seed{seed}", [f"configs/{config}.yaml", f"train.seed={seed}",
+                                                 f"train.total_steps={args.steps}", f"train.max_minutes={args.max_minutes:g}",
+                                                 "train.video=false"]) for _, config, seed in jobs],
+                      Path(args.run_dir), args.reuse, args.jobs)
+    rows = []
+    for learner, config in LEARNERS.items():
+        summaries = [s for (name, _, _), s in zip(jobs, done) if name == learner]
+        rows.append(row(learner, config, args.seeds, summaries))
+    lines = [f"| learner | final success, mean [95% CI] | IQM | seeds reaching {TARGET:.0%} | median env steps to "
+             f"{TARGET:.0%} | median minutes to {TARGET:.0%} | env steps per run | minutes per run | each seed's final success |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ci = f" [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]" if r["ci95"] else ""
+        iqm = f"{r['iqm']:.2f}" if r["iqm"] is not None else "— (from 5 seeds)"
+        steps = f"{int(r['median_env_steps_to_target']):,}" if r["median_env_steps_to_target"] else "not reached"
+        minutes = f"{r['median_minutes_to_target']:.1f}" if r["median_minutes_to_target"] else "not reached"
+        lines.append(f"| {r['learner']} (`{r['config']}`) | {r['mean']:.2f}{ci} | {iqm} | {r['reached']}/{len(r['seeds'])} "
+                     f"| {steps} | {minutes} | {int(statistics.mean(r['env_steps'])):,} | "
+                     f"{', '.join(f'{m:.1f}' for m in r['minutes'])} | "
+                     f"{', '.join(f'{x:.2f}' for x in r['final_success'])} |")
+    lines += ["", f"Each run: {args.steps:,} env steps or {args.max_minutes:g} minutes, whichever comes first, "
+              f"{args.jobs} run(s) side by side; success is the deterministic evaluation's (64 episodes) at the end; "
+              "the medians count a seed that never reached the target as never. Minutes are wall time on a machine "
+              "that may have had other work: compare env steps."]
+    write_results("hrm", "Hierarchies of reward machines on Tour (six touches, one repeated)", lines, {"rows": rows},
+                  seeds=f"training seeds {', '.join(map(str, args.seeds))} for every learner (`train.seed`)",
+                  curves={r["learner"]: mean_curve(r["eval_history"]) for r in rows},
+                  plot_title="Tour: option learner vs flat machine vs sparse reward (mean over seeds)")
+
+
+if __name__ == "__main__":
+    main()
