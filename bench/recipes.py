@@ -60,7 +60,7 @@ RECIPES: dict[str, Recipe] = {
     "hrm_tour_options": Recipe(5, 0.80, 10),  # docs/results/hrm.md: 0.99 [0.98, 1.00], 3/3 seeds >= 80% (576k steps)
     "hrm_tour_flat": Recipe(5, 0.80, 10),  # hrm.md: 0.94 [0.91, 0.97], 3/3 seeds >= 80% (832k steps)
     "ppo_tour_sparse": Recipe(5, 0.80, 10),  # hrm_tour_options' bar; hrm.md: 0.00 on 3 seeds (the sparse baseline)
-    "mappo_two_arms": Recipe(3, None, 10),  # bench/two_arms.py has not run yet: no success stated
+    "mappo_two_arms": Recipe(3, 0.90, 10),  # docs/results/two_arms.md (300k steps, 3 seeds per shield setting)
     "ppo_push_dr": Recipe(5, 0.90, 40),
     "dppo_push": Recipe(5, 0.90, 25),  # bench/flow_rl.py and docs/guides/generative-rl.md: each mode to >= 90%
     "flow_noise_push": Recipe(5, 0.90, 20),  # as dppo_push
