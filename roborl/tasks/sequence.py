@@ -37,6 +37,7 @@ class SequenceEnv(ArmEnv):
         self.targets = torch.zeros(self.num_envs, 3, 3, dtype=torch.float64)
         self.progress = torch.zeros(self.num_envs, dtype=torch.long)  # targets touched in order so far
         self.last_dist = torch.zeros(self.num_envs, 3, dtype=torch.float64)
+        self.order_index = torch.tensor(self.order)  # target of each touch, built once (read every step)
 
     def _reset_idx(self, ids: torch.Tensor) -> None:
         self._reset_arm(ids)
@@ -63,7 +64,7 @@ class SequenceEnv(ArmEnv):
         dist = self.distances()
         at = dist < TOUCH_DIST
         rows, steps = torch.arange(self.num_envs), len(self.order)
-        wanted = torch.tensor(self.order)[self.progress.clamp(max=steps - 1)]
+        wanted = self.order_index[self.progress.clamp(max=steps - 1)]
         self.progress += (at[rows, wanted] & (self.progress < steps)).long()
         success = self.progress >= steps
         approach = APPROACH_GAIN * (self.last_dist - dist)  # progress toward each target this step
