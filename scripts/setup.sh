@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set-up on a fresh machine: creates .venv in the repository root if missing, installs PyTorch with torchvision
 # (unless a torch is already in .venv), then roborl with its test, bench, docs (MkDocs), warp, maniskill,
-# distributed (Ray), franka (franky), vla (transformers, peft), teleop (evdev, pyspacemouse) and lerobot extras, and
+# distributed (Ray), multiagent (PettingZoo), franka (franky), vla (transformers, peft), teleop (evdev, pyspacemouse) and lerobot extras, and
 # LeRobot itself.
 # GPU users: put a CUDA build of torch in .venv first, e.g.
 #   python3 -m venv .venv && .venv/bin/pip install torch --index-url https://download.pytorch.org/whl/cu128
@@ -61,7 +61,7 @@ echo "torch==${torch_version}" > .venv/roborl/constraints.txt
 if vision_version=$(.venv/bin/python -c "import torchvision; print(torchvision.__version__.split('+')[0])" 2>/dev/null); then
   echo "torchvision==${vision_version}" >> .venv/roborl/constraints.txt
 fi
-"${PIP[@]}" install -c .venv/roborl/constraints.txt -e ".[test,bench,docs,warp,maniskill,distributed,franka,vla,teleop,lerobot]"
+"${PIP[@]}" install -c .venv/roborl/constraints.txt -e ".[test,bench,docs,warp,maniskill,distributed,multiagent,franka,vla,teleop,lerobot]"
 # LeRobot (policy.kind lerobot, LeRobot datasets) without its own pins, which would replace this torch and
 # transformers 5: its newest release for Python 3.11 is 0.4.4 (roborl/policies/lerobot/compat.py)
 if .venv/bin/python -c "import sys; sys.exit(sys.version_info < (3, 12))"; then

@@ -11,3 +11,27 @@ def roborl(*args: str, cwd: Path | None = None, timeout: float = 300) -> subproc
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.run([sys.executable, "-m", "roborl.cli", *args], cwd=cwd or ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def roborl_in_process(*args: str) -> subprocess.CompletedProcess:
+    """The CLI's `main` in this process: its exit status and what it printed, without a child's start-up
+    (importing torch alone takes seconds). For checks of what the CLI says about bad input; what only a real
+    process shows (signals, the executable's exit code) goes through `roborl`. An exception that `main` lets
+    through (a traceback for the user) propagates and fails the test."""
+    import contextlib
+    import io
+
+    import torch
+
+    from roborl.cli import main
+
+    out, err, threads = io.StringIO(), io.StringIO(), torch.get_num_threads()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        torch.set_num_threads(threads)  # a run sets train.threads for its process
+    return subprocess.CompletedProcess(args, code or 0, out.getvalue(), err.getvalue())

@@ -2,7 +2,7 @@
 import importlib.util
 
 import pytest
-from helpers import ROOT, roborl
+from helpers import ROOT, roborl, roborl_in_process
 
 from roborl.checkpoint import Checkpoint
 from roborl.config import load_config
@@ -43,36 +43,37 @@ def assert_one_line_error(proc, *fragments: str) -> None:
     (["env.task_weights=[2, 1]"], ["'env.task_weights' must be a mapping of str to float"]),
 ])
 def test_bad_config_is_one_line(tmp_path, overrides, fragments):
-    proc = roborl("train", REACH, f"train.run_dir={tmp_path}", "train.name=bad", *overrides)
+    proc = roborl_in_process("train", REACH, f"train.run_dir={tmp_path}", "train.name=bad", *overrides)
     assert_one_line_error(proc, *fragments)
     assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").rglob("*.safetensors"))
 
 
 def test_missing_config_file(tmp_path):
+    """Through the real executable: its exit status and stderr (the other checks call the CLI in this process)."""
     assert_one_line_error(roborl("train", str(tmp_path / "none.yaml")), "does not exist")
 
 
 def test_corrupt_checkpoint_is_refused(tmp_path):
     bad = tmp_path / "last.safetensors"
     bad.write_bytes(b"\x00garbage" * 100)
-    assert_one_line_error(roborl("eval", str(bad)), str(bad), "corrupt")
-    assert_one_line_error(roborl("train", f"resume={bad}"), str(bad), "corrupt")
-    assert_one_line_error(roborl("eval", str(tmp_path / "missing.safetensors")), "does not exist")
+    assert_one_line_error(roborl_in_process("eval", str(bad)), str(bad), "corrupt")
+    assert_one_line_error(roborl_in_process("train", f"resume={bad}"), str(bad), "corrupt")
+    assert_one_line_error(roborl_in_process("eval", str(tmp_path / "missing.safetensors")), "does not exist")
 
 
 def test_resume_past_the_time_budget_is_refused(tmp_path):
     """train.max_minutes counts the run's whole wall time, so carrying on a run it stopped needs a larger one."""
-    run = roborl("train", REACH, f"train.run_dir={tmp_path}", "train.name=r", "env.num_envs=8", "train.rollout_steps=10",
-                 "train.total_steps=160", "train.eval_episodes=8", "train.video=false", "train.progress=false",
-                 "train.max_minutes=0.0001")
+    run = roborl_in_process("train", REACH, f"train.run_dir={tmp_path}", "train.name=r", "env.num_envs=8",
+                            "train.rollout_steps=10", "train.total_steps=160", "train.eval_episodes=8", "train.video=false",
+                            "train.progress=false", "train.max_minutes=0.0001")
     assert run.returncode == 0, run.stderr[-2000:]
     last = tmp_path / "r" / "checkpoints" / "last.safetensors"
     assert Checkpoint(last).trainer_state["iteration"] == 1  # the budget stopped it after one of two iterations
     before = last.read_bytes()
-    assert_one_line_error(roborl("train", f"resume={last}", "train.total_steps=400"),
+    assert_one_line_error(roborl_in_process("train", f"resume={last}", "train.total_steps=400"),
                           "spends train.max_minutes=0.0001", "across resumes", "carry it on with a larger one")
     assert last.read_bytes() == before
-    again = roborl("train", f"resume={last}", "train.max_minutes=5", "train.progress=false")
+    again = roborl_in_process("train", f"resume={last}", "train.max_minutes=5", "train.progress=false")
     assert again.returncode == 0, again.stderr[-2000:]
     assert Checkpoint(last).trainer_state["iteration"] == 2
 
@@ -100,16 +101,16 @@ def test_checkpoint_messages_say_what_is_wrong(tmp_path):
     from roborl.checkpoint import save_checkpoint
     from roborl.config import config_to_dict
 
-    assert_one_line_error(roborl("eval", str(tmp_path)), "is a directory, not a checkpoint file")
+    assert_one_line_error(roborl_in_process("eval", str(tmp_path)), "is a directory, not a checkpoint file")
     cfg = load_config(REACH, ["env.num_envs=2"])
     env, policy = build(cfg, torch.device("cpu"))
     env.close()
     bare = tmp_path / "bare.safetensors"
     save_checkpoint(bare, policy, None, config_to_dict(cfg), {})
-    assert_one_line_error(roborl("train", f"resume={bare}"), "holds a policy without the state of a training run",
+    assert_one_line_error(roborl_in_process("train", f"resume={bare}"), "holds a policy without the state of a training run",
                           f"policy.init={bare}")
     other = config_to_dict(load_config(REACH, ["env.num_envs=2", "policy.hidden=[32, 32]"]))
     mismatch = tmp_path / "mismatch.safetensors"
     save_checkpoint(mismatch, policy, None, other, {})
-    assert_one_line_error(roborl("eval", str(mismatch), "--episodes", "2", "--envs", "2"), "does not fit this policy: "
+    assert_one_line_error(roborl_in_process("eval", str(mismatch), "--episodes", "2", "--envs", "2"), "does not fit this policy: "
                           "size mismatch for ", "more)")

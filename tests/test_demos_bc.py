@@ -5,7 +5,7 @@ import json
 import h5py
 import pytest
 import torch
-from helpers import ROOT, roborl
+from helpers import ROOT, roborl_in_process
 
 from roborl.demos import load_demos, record_demos
 from roborl.errors import UserError
@@ -14,7 +14,7 @@ from roborl.errors import UserError
 @pytest.fixture(scope="module")
 def reach_demos(tmp_path_factory):
     out = tmp_path_factory.mktemp("demos") / "reach"
-    proc = roborl("demos", "Reach", "--episodes", "40", "--out", str(out), "--envs", "20", "--quiet")
+    proc = roborl_in_process("demos", "Reach", "--episodes", "40", "--out", str(out), "--envs", "20", "--quiet")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["episodes"] == 40 and result["success_rate"] >= 0.95
@@ -62,18 +62,18 @@ def test_bad_demo_files_are_clear_errors(tmp_path):
 def test_bc_then_rl_fine_tuning_through_the_cli(reach_demos, tmp_path):
     common = [f"train.run_dir={tmp_path}", "train.progress=false", "env.id=mujoco/Reach", "env.obs_history=1",
               "env.action_chunk=2", "policy.horizon=4", "train.eval_episodes=32", "train.eval_envs=32"]
-    proc = roborl("bc", str(ROOT / "configs" / "bc_flow_push.yaml"), *common, "train.name=bc",
-                  f"bc.demos={reach_demos}", "bc.max_episodes=40", "bc.steps=1500", "bc.eval_every=1500",
-                  "policy.hidden=[128,128]")
+    proc = roborl_in_process("bc", str(ROOT / "configs" / "bc_flow_push.yaml"), *common, "train.name=bc",
+                             f"bc.demos={reach_demos}", "bc.max_episodes=40", "bc.steps=1500", "bc.eval_every=1500",
+                             "policy.hidden=[128,128]")
     assert proc.returncode == 0, proc.stderr[-2000:]
     bc = json.loads((tmp_path / "bc" / "summary.json").read_text())
     assert bc["success_rate"] >= 0.5, bc  # the cloned policy reaches
     assert (tmp_path / "bc" / "eval_curve.png").stat().st_size > 1000
     init = tmp_path / "bc" / "checkpoints" / "last.safetensors"
     for mode in ("flow_noise", "flow_sde", "fpo"):
-        proc = roborl("train", str(ROOT / "configs" / f"{mode}_push.yaml"), *common, f"train.name={mode}",
-                      f"policy.init={init}", "policy.hidden=[128,128]", "env.num_envs=16", "train.rollout_steps=8",
-                      "train.total_steps=512", "train.eval_every=2", "train.video=false", "algo.critic_warmup=1")
+        proc = roborl_in_process("train", str(ROOT / "configs" / f"{mode}_push.yaml"), *common, f"train.name={mode}",
+                                 f"policy.init={init}", "policy.hidden=[128,128]", "env.num_envs=16", "train.rollout_steps=8",
+                                 "train.total_steps=512", "train.eval_every=2", "train.video=false", "algo.critic_warmup=1")
         assert proc.returncode == 0, (mode, proc.stderr[-2000:])
         summary = json.loads((tmp_path / mode / "summary.json").read_text())
         first = summary["eval_history"][0]
@@ -82,17 +82,17 @@ def test_bc_then_rl_fine_tuning_through_the_cli(reach_demos, tmp_path):
 
 
 def test_rl_init_that_does_not_fit_is_one_line(reach_demos, tmp_path):
-    proc = roborl("bc", str(ROOT / "configs" / "bc_flow_push.yaml"), f"train.run_dir={tmp_path}", "train.name=bc",
-                  "env.id=mujoco/Reach", f"bc.demos={reach_demos}", "bc.steps=10", "bc.eval_every=10",
-                  "train.eval_episodes=2", "train.progress=false")
+    proc = roborl_in_process("bc", str(ROOT / "configs" / "bc_flow_push.yaml"), f"train.run_dir={tmp_path}", "train.name=bc",
+                             "env.id=mujoco/Reach", f"bc.demos={reach_demos}", "bc.steps=10", "bc.eval_every=10",
+                             "train.eval_episodes=2", "train.progress=false")
     assert proc.returncode == 0, proc.stderr[-2000:]
     init = tmp_path / "bc" / "checkpoints" / "last.safetensors"
-    proc = roborl("train", str(ROOT / "configs" / "flow_noise_push.yaml"), f"train.run_dir={tmp_path}",
-                  "env.id=mujoco/Reach", f"policy.init={init}", "policy.hidden=[64,64]", "train.name=rl")
+    proc = roborl_in_process("train", str(ROOT / "configs" / "flow_noise_push.yaml"), f"train.run_dir={tmp_path}",
+                             "env.id=mujoco/Reach", f"policy.init={init}", "policy.hidden=[64,64]", "train.name=rl")
     assert proc.returncode == 2 and "does not fit this policy" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
-    proc = roborl("bc", str(ROOT / "configs" / "bc_flow_push.yaml"), f"train.run_dir={tmp_path}", "train.name=bc2",
-                  f"bc.demos={reach_demos}")
+    proc = roborl_in_process("bc", str(ROOT / "configs" / "bc_flow_push.yaml"), f"train.run_dir={tmp_path}", "train.name=bc2",
+                             f"bc.demos={reach_demos}")
     assert proc.returncode == 2 and "recorded on 'mujoco/Reach'" in proc.stderr, proc.stderr
 
 
@@ -105,13 +105,13 @@ def test_bc_runs_on_the_runner_and_resumes(reach_demos, tmp_path):
 
     common = [f"train.run_dir={tmp_path}", "train.name=bc", "env.id=mujoco/Reach", f"bc.demos={reach_demos}",
               "bc.eval_every=10", "train.eval_episodes=2", "train.eval_envs=2", "train.progress=false"]
-    first = roborl("bc", str(ROOT / "configs" / "bc_flow_push.yaml"), *common, "bc.steps=20")
+    first = roborl_in_process("bc", str(ROOT / "configs" / "bc_flow_push.yaml"), *common, "bc.steps=20")
     assert first.returncode == 0, first.stderr[-2000:]
     last = tmp_path / "bc" / "checkpoints" / "last.safetensors"
     state = Checkpoint(last)
     assert state.trainer_state["iteration"] == 2 and state.trainer_state["step"] == 20
     assert state.algo_state["bc_step"] == 20 and state.trainer_state["env_steps"] == 0
-    more = roborl("train", f"resume={last}", "bc.steps=40", "train.progress=false")
+    more = roborl_in_process("train", f"resume={last}", "bc.steps=40", "train.progress=false")
     assert more.returncode == 0, more.stderr[-2000:]
     summary = json.loads((tmp_path / "bc" / "summary.json").read_text())
     assert summary["bc_steps"] == 40 and summary["iterations"] == 4 and summary["demo_episodes"] == 40

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import scipy.stats
 import torch
-from helpers import ROOT, roborl
+from helpers import ROOT, roborl_in_process
 
 from roborl import stats
 from roborl.builder import build
@@ -72,8 +72,8 @@ def test_episode_quota_is_fixed_and_even():
 
 def test_eval_over_tasks_and_seeds_writes_json_markdown_and_videos(tmp_path, ckpts):
     out = tmp_path / "eval"
-    proc = roborl("eval", ckpts["Reach"], ckpts["Push"], "--seeds", "2", "--episodes", "2", "--envs", "2",
-                  "--out", str(out), "--json", "--quiet")
+    proc = roborl_in_process("eval", ckpts["Reach"], ckpts["Push"], "--seeds", "2", "--episodes", "2", "--envs", "2",
+                             "--out", str(out), "--json", "--quiet")
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((out / "eval.json").read_text())
     assert report == json.loads(proc.stdout)

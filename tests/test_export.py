@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from deploy_helpers import write_checkpoint
-from helpers import roborl
+from helpers import roborl_in_process
 
 from roborl.builder import make_env, make_policy, make_shield
 from roborl.checkpoint import Checkpoint
@@ -123,7 +123,7 @@ def test_artifacts_run_without_roborl(tmp_path):
 def test_export_errors_are_one_line_and_leave_nothing_behind(tmp_path):
     ckpt = write_checkpoint(tmp_path, "gaussian")
     out = tmp_path / "out" / "g.pt"
-    proc = roborl("export", str(ckpt), "--out", str(out))
+    proc = roborl_in_process("export", str(ckpt), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["max_abs_diff"] <= 1e-5
     data = bytearray(out.read_bytes())
@@ -131,11 +131,11 @@ def test_export_errors_are_one_line_and_leave_nothing_behind(tmp_path):
     out.write_bytes(bytes(data))
     with pytest.raises(UserError, match="sha256"):
         Artifact(out)
-    proc = roborl("serve", str(out), "--port", "0")
+    proc = roborl_in_process("serve", str(out), "--port", "0")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "re-export" in proc.stderr
-    proc = roborl("export", str(tmp_path / "missing.safetensors"))
+    proc = roborl_in_process("export", str(tmp_path / "missing.safetensors"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     (tmp_path / "junk.safetensors").write_bytes(b"not a checkpoint")
-    proc = roborl("export", str(tmp_path / "junk.safetensors"), "--format", "onnx")
+    proc = roborl_in_process("export", str(tmp_path / "junk.safetensors"), "--format", "onnx")
     assert proc.returncode == 2 and "corrupt" in proc.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["g.pt", "g.pt.json"]  # no temporary files

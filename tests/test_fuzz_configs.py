@@ -1,4 +1,5 @@
-"""Random corruptions of every shipped config, run as a user runs them (`roborl train FILE`, tiny budgets).
+"""Random corruptions of every shipped config, run as a user runs them (`roborl train FILE`, tiny budgets; the
+CLI's `main` in this process, which spares each case the seconds of a child's start-up).
 
 Each case either trains and exits 0 (with a whole checkpoint and a summary), or exits 2 with at most three
 lines on stderr and no traceback, leaving no checkpoint behind. Hypothesis draws the cases from a fixed
@@ -16,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import yaml
-from helpers import ROOT, roborl
+from helpers import ROOT, roborl_in_process
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -91,8 +92,8 @@ def check_case(case: tuple[str, str, bytes], counts: Counter) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / name
         config.write_bytes(content)
-        proc = roborl("train", str(config), f"train.run_dir={tmp}/runs", "train.name=run", "train.max_minutes=1",
-                      timeout=240)
+        proc = roborl_in_process("train", str(config), f"train.run_dir={tmp}/runs", "train.name=run",
+                                 "train.max_minutes=1")
         run = Path(tmp) / "runs" / "run"
         label = f"{name}: {what}"
         assert "Traceback" not in proc.stderr, f"{label}\n{proc.stderr[-3000:]}"

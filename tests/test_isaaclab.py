@@ -4,7 +4,7 @@ import importlib.util
 
 import pytest
 import torch
-from helpers import ROOT, roborl
+from helpers import ROOT, roborl_in_process
 from test_cli_errors import assert_one_line_error
 
 from roborl import sim
@@ -24,8 +24,8 @@ def test_make_without_isaaclab_is_one_line():
 
 @missing
 def test_train_without_isaaclab_exits_with_one_line(tmp_path):
-    proc = roborl("train", str(ROOT / "configs" / "ppo_reach.yaml"), f"env.id={CARTPOLE}",
-                  f"train.run_dir={tmp_path}", "train.name=isaac")
+    proc = roborl_in_process("train", str(ROOT / "configs" / "ppo_reach.yaml"), f"env.id={CARTPOLE}",
+                             f"train.run_dir={tmp_path}", "train.name=isaac")
     assert_one_line_error(proc, NOT_INSTALLED)
     assert not (tmp_path / "isaac").exists()
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 
-from helpers import ROOT, roborl
+from helpers import ROOT, roborl_in_process
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from roborl.checkpoint import Checkpoint
@@ -61,9 +61,9 @@ def test_killed_anywhere_the_run_carries_on(tmp_path):
                 seen[key] = state[key]
     assert during_writes >= 3 and seen["iteration"] > 0, seen
 
-    refused = roborl(*command)  # the same command once a checkpoint exists: what to run instead
+    refused = roborl_in_process(*command)  # the same command once a checkpoint exists: what to run instead
     assert refused.returncode == 2 and f"continue it with resume={last}" in refused.stderr, refused.stderr
-    done = roborl("train", f"resume={last}", "train.progress=false")
+    done = roborl_in_process("train", f"resume={last}", "train.progress=false")
     assert done.returncode == 0, done.stderr[-2000:]
 
     summary = json.loads((run / "summary.json").read_text())

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers import roborl
+from helpers import roborl_in_process
 
 from roborl.errors import UserError
 from roborl.reward_classifier import RewardClassifier, labelled_frames
@@ -16,14 +16,14 @@ EPISODES, SIZE = 96, 64
 @pytest.fixture(scope="module")
 def frames(tmp_path_factory):
     out = tmp_path_factory.mktemp("reward_classifier") / "demos"
-    proc = roborl("demos", "PickPlace", "--episodes", str(EPISODES), "--rgb", "--size", str(SIZE), "--noise", "0.3",
-                  "--out", str(out), "--quiet")
+    proc = roborl_in_process("demos", "PickPlace", "--episodes", str(EPISODES), "--rgb", "--size", str(SIZE), "--noise", "0.3",
+                             "--out", str(out), "--quiet")
     assert proc.returncode == 0, proc.stderr[-2000:]
     return out
 
 
 def test_the_classifier_tells_success_frames_of_held_out_episodes(frames, tmp_path):
-    proc = roborl("reward-classifier", str(frames), "--out", str(tmp_path), "--epochs", "12", "--quiet")
+    proc = roborl_in_process("reward-classifier", str(frames), "--out", str(tmp_path), "--epochs", "12", "--quiet")
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"\nheld-out accuracy {result['heldout_accuracy']:.3f} on {result['heldout_frames']} frames "
@@ -41,12 +41,12 @@ def test_the_classifier_tells_success_frames_of_held_out_episodes(frames, tmp_pa
 
 
 def test_frames_without_images_or_a_broken_file_are_one_line(tmp_path):
-    proc = roborl("demos", "PickPlace", "--episodes", "2", "--out", str(tmp_path / "state_only"), "--quiet")
+    proc = roborl_in_process("demos", "PickPlace", "--episodes", "2", "--out", str(tmp_path / "state_only"), "--quiet")
     assert proc.returncode == 0, proc.stderr
-    proc = roborl("reward-classifier", str(tmp_path / "state_only"), "--out", str(tmp_path / "clf"))
+    proc = roborl_in_process("reward-classifier", str(tmp_path / "state_only"), "--out", str(tmp_path / "clf"))
     assert proc.returncode == 2 and "has no obs/rgb frames: record them with `roborl demos TASK --rgb`" in proc.stderr
     assert not (tmp_path / "clf").exists()
-    proc = roborl("demos", "PickPlace", "--episodes", "1", "--rgb", "--camera", "wrist", "--out", str(tmp_path / "x"))
+    proc = roborl_in_process("demos", "PickPlace", "--episodes", "1", "--rgb", "--camera", "wrist", "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "unknown camera 'wrist'; the scene's cameras: front, workspace" in proc.stderr
     broken = tmp_path / "broken.safetensors"
     broken.write_bytes(b"not a classifier")

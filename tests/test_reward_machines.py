@@ -299,11 +299,11 @@ def test_sac_with_crm_stores_every_machine_state(tmp_path):
 def test_ppo_with_the_machine_progresses_through_it(tmp_path):
     """A short real run: within 64k env steps PPO with the machine's state and shaping gets episodes
     well past the first target (mean final machine state), from about 0 at the start."""
-    from helpers import roborl
+    from helpers import roborl_in_process
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    proc = roborl("train", str(ROOT / "configs" / "rm_sequence.yaml"), f"train.run_dir={tmp_path}", "train.name=rm",
-                  "train.total_steps=64000", "train.eval_every=100", "train.progress=false", "train.video=false")
+    proc = roborl_in_process("train", str(ROOT / "configs" / "rm_sequence.yaml"), f"train.run_dir={tmp_path}", "train.name=rm",
+                             "train.total_steps=64000", "train.eval_every=100", "train.progress=false", "train.video=false")
     assert proc.returncode == 0, proc.stderr[-2000:]
     acc = EventAccumulator(str(tmp_path / "rm" / "tb"))
     acc.Reload()

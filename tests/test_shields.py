@@ -222,11 +222,11 @@ def test_pid_lagrangian_update():
 def train_reach_avoid(tmp_path, name, config, steps=64000, overrides=()):
     import json
 
-    from helpers import roborl
+    from helpers import roborl_in_process
 
-    proc = roborl("train", str(ROOT / "configs" / f"{config}.yaml"), f"train.run_dir={tmp_path}", f"train.name={name}",
-                  f"train.total_steps={steps}", "train.eval_every=100", "train.progress=false", "train.video=false",
-                  *overrides)
+    proc = roborl_in_process("train", str(ROOT / "configs" / f"{config}.yaml"), f"train.run_dir={tmp_path}", f"train.name={name}",
+                             f"train.total_steps={steps}", "train.eval_every=100", "train.progress=false", "train.video=false",
+                             *overrides)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads((tmp_path / name / "summary.json").read_text())
 

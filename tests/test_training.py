@@ -8,7 +8,7 @@ import time
 
 import pytest
 import torch
-from helpers import ROOT, roborl
+from helpers import ROOT, roborl, roborl_in_process
 from safetensors import safe_open
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -55,7 +55,7 @@ def test_ppo_learns_reach(reach_run):
     best = run / "checkpoints" / "best.safetensors"
     assert (run / "checkpoints" / "last.safetensors").exists() and best.exists()
     # the eval CLI reproduces the trained behaviour from the checkpoint alone
-    ev = roborl("eval", str(best), "--episodes", "16", "--json")
+    ev = roborl_in_process("eval", str(best), "--episodes", "16", "--json")
     assert ev.returncode == 0, ev.stderr
     assert json.loads(ev.stdout.strip().splitlines()[-1])["success_rate"] >= 0.8
 

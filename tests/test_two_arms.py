@@ -109,6 +109,32 @@ def test_each_agent_observes_its_own_arm_and_the_other_tcp_and_mappo_actors_read
     assert policy.value({"state": state}).shape == (4,)  # one critic on the whole state
 
 
+def test_the_pettingzoo_view_passes_pettingzoo_s_own_api_test_and_the_expert_succeeds_through_it():
+    import numpy as np
+    from pettingzoo.test import parallel_api_test
+
+    from roborl.sim.pettingzoo_adapter import PettingZooEnv
+
+    parallel_api_test(PettingZooEnv(sim.make("mujoco/TwoArmReach", 1, seed=0)), num_cycles=250)  # ends episodes
+    vec = sim.make("mujoco/TwoArmReach", 1, seed=3)
+    env, expert = PettingZooEnv(vec), tasks.EXPERTS["mujoco/TwoArmReach"](vec)
+    obs, _ = env.reset(seed=3)
+    state = vec.reset(seed=3)["state"][0].numpy()
+    assert env.agents == ["left", "right"]
+    for name, agent in vec.agents.items():
+        np.testing.assert_array_equal(obs[name], state[list(agent.state)])
+        assert env.action_space(name).shape == (agent.action_dim,)
+    steps = 0
+    while env.agents:
+        joint = expert.act().numpy()[0]
+        obs, rewards, terms, truncs, infos = env.step({n: joint[slice(*a.action)] for n, a in vec.agents.items()})
+        steps += 1
+        assert rewards["left"] == rewards["right"]  # a cooperative task: one shared reward
+    assert steps == vec.max_episode_steps and infos["left"]["success"] and truncs["left"]
+    with pytest.raises(sim.SimError, match="has one agent"):
+        PettingZooEnv(sim.make("mujoco/Reach", 1))
+
+
 def test_two_arm_config_errors():
     base = {"id": "mujoco/TwoArmReach", "num_envs": 2}
     with pytest.raises(UserError, match="env.shield.workspace shields one arm; mujoco/TwoArmReach has two"):
@@ -127,15 +153,15 @@ def test_mappo_with_composed_shields_trains_saves_and_evaluates_through_the_cli(
     checkpoint, and the evaluation CLI, which rebuilds both from the checkpoint's config."""
     import json
 
-    from helpers import ROOT, roborl
+    from helpers import ROOT, roborl_in_process
 
-    proc = roborl("train", str(ROOT / "configs" / "mappo_two_arms.yaml"), f"train.run_dir={tmp_path}", "train.name=m",
-                  "train.total_steps=3200", "train.eval_every=1", "train.eval_episodes=4", "train.progress=false",
-                  "train.video=false")
+    proc = roborl_in_process("train", str(ROOT / "configs" / "mappo_two_arms.yaml"), f"train.run_dir={tmp_path}", "train.name=m",
+                             "train.total_steps=3200", "train.eval_every=1", "train.eval_episodes=4", "train.progress=false",
+                             "train.video=false")
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((tmp_path / "m" / "summary.json").read_text())
     assert summary["env_steps"] == 3200 and "train_violation_steps" in summary
-    ev = roborl("eval", str(tmp_path / "m" / "checkpoints" / "last.safetensors"), "--episodes", "4", "--json")
+    ev = roborl_in_process("eval", str(tmp_path / "m" / "checkpoints" / "last.safetensors"), "--episodes", "4", "--json")
     assert ev.returncode == 0, ev.stderr
     result = json.loads(ev.stdout.strip().splitlines()[-1])
     assert result["violating_episodes"] == 0  # the shields run in evaluation too

@@ -211,13 +211,14 @@ class SAC(Algorithm):
 
     def learn(self, transitions: int) -> None:
         """The gradient updates that `transitions` new env transitions (of every learner) are due
-        (`sac.utd_ratio` each), once seeding is over and the buffer holds a batch. With several learners each
+        (`sac.utd_ratio` each), once seeding is over and the buffer holds a batch: only those past the seeding count,
+        whether they come one step at a time or as a worker's whole rollout. With several learners each
         samples its share of `sac.batch_size` from its own buffer, and the gradients are averaged: the update
         of the union batch, as many times as one learner would make it."""
         s = self.cfg
         if self.collected < s.seed_steps or len(self.replay) < s.batch_size:
             return
-        self.update_debt += transitions * s.utd_ratio
+        self.update_debt += min(transitions, self.collected - s.seed_steps) * s.utd_ratio
         with torch.enable_grad():
             while self.update_debt >= 1:
                 self.update_debt -= 1
