@@ -7,13 +7,13 @@ import torch
 from torch import nn
 
 from roborl import (
+    policies,  # its models import on first use: diffusers only for the policies that need it
     sim,
     tasks,  # registers the embedded mujoco/ tasks
 )
 from roborl.config import Config, EnvConfig, PolicyConfig, ResidualConfig, config_from_dict
 from roborl.errors import UserError
 from roborl.imports import import_factory
-from roborl.policies import DiffusionPolicy, FlowPolicy, GaussianActorCritic, ResidualPolicy
 from roborl.policies.lerobot.configuration import LeRobotSpec
 from roborl.rm import Hierarchy, HierarchyEnv, RewardMachineEnv, flatten, load_hierarchy
 from roborl.shields import ShieldChain, ShieldEnv
@@ -290,7 +290,7 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
             raise UserError("policy.kind residual needs an env with a base (residual.base)")
         r = residual or ResidualConfig()
         try:
-            return ResidualPolicy(obs_dim, action_dim, r.scale, r.inputs, list(cfg.hidden), cfg.activation,
+            return policies.ResidualPolicy(obs_dim, action_dim, r.scale, r.inputs, list(cfg.hidden), cfg.activation,
                                   cfg.init_log_std, state_std, cfg.normalize_obs, critic=not state_std)
         except ValueError as exc:
             raise UserError(str(exc)) from exc
@@ -300,7 +300,7 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
         image = tuple(spaces["rgb"].shape[:2]) if "rgb" in spaces else None
         agents = per_agent_actors(cfg, env) if cfg.actors == "per_agent" else None
         try:
-            return GaussianActorCritic(obs_dim, action_dim, list(cfg.hidden), cfg.activation,
+            return policies.GaussianActorCritic(obs_dim, action_dim, list(cfg.hidden), cfg.activation,
                                        cfg.init_log_std, cfg.normalize_obs, image_shape=image, cost_critic=cost_critic,
                                        sac=state_std, agents=agents)
         except ValueError as exc:
@@ -318,12 +318,12 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
     try:
         if cfg.kind == "diffusion":
             d = cfg.dppo
-            return DiffusionPolicy(obs_dim, action_dim, cfg.horizon, execute, train_timesteps=cfg.train_timesteps,
+            return policies.DiffusionPolicy(obs_dim, action_dim, cfg.horizon, execute, train_timesteps=cfg.train_timesteps,
                                    eta=cfg.eta, rl_mode=cfg.rl_mode, finetune_steps=d.finetune_steps,
                                    min_sampling_std=d.min_sampling_std,
                                    min_logprob_std=d.min_logprob_std, denoise_discount=d.denoise_discount,
                                    clip_base=d.clip_base, **common)
-        return FlowPolicy(obs_dim, action_dim, cfg.horizon, execute, rl_mode=cfg.rl_mode,
+        return policies.FlowPolicy(obs_dim, action_dim, cfg.horizon, execute, rl_mode=cfg.rl_mode,
                           noise_min=cfg.flow_noise.min_std, noise_max=cfg.flow_noise.max_std,
                           noise_level=cfg.flow_sde.noise_level, fpo_samples=cfg.fpo.samples, **common)
     except ValueError as exc:  # the policies check their own arguments (rl_mode, denoiser, horizon)

@@ -9,7 +9,7 @@ import pytest
 import ray
 import torch
 from contract import check_vecenv_contract
-from helpers import ROOT, roborl_in_process
+from helpers import ROOT, roborl, roborl_in_process
 
 from roborl.algos.ppo import PPO, correct_off_policy
 from roborl.buffer import RolloutBuffer
@@ -148,12 +148,19 @@ def test_unit_behaviour_weights_leave_the_ppo_loss_unchanged():
      "resources.async_rollouts needs resources.inference collocated"),
     (["resources.env_workers=2", "resources.inference=remote"], "resources.inference 'remote' is unknown"),
     (["resources.env_workers=2", "resources.learners=2"], "resources.env_workers and resources.learners > 1"),
-    (["resources.env_workers=2", "resources.ray_address=127.0.0.1:1"], "resources.ray_address '127.0.0.1:1'"),
 ])
 def test_bad_ray_settings_are_one_line_errors(overrides, message):
     proc = roborl_in_process("train", REACH, *overrides, "train.progress=false")
     lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and lines[-1].startswith(f"roborl: error: {message}"), proc.stderr[-1500:]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"roborl: error: {message}"), proc.stderr
+
+
+def test_an_unreachable_ray_address_is_one_line_error():
+    """In a process of its own: this test process may already be a Ray driver (`local_cluster`)."""
+    proc = roborl("train", REACH, "resources.env_workers=2", "resources.ray_address=127.0.0.1:1", "train.progress=false")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and lines[-1].startswith("roborl: error: resources.ray_address '127.0.0.1:1'"), \
+        proc.stderr[-1500:]
     assert len([line for line in lines if not line.startswith("20")]) == 1, proc.stderr  # only Ray's own log lines
 
 

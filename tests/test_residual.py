@@ -27,9 +27,9 @@ BIASED_REACH = {"env": {"id": "mujoco/Reach", "num_envs": 32},
                 "train": {"progress": False, "video": False, "eval_episodes": 32, "device": "cpu"}}
 
 
-SAC_REACH = ["train.algorithm=sac", "policy.activation=relu", "env.num_envs=8", "train.total_steps=8000",
-             "train.rollout_steps=50", "train.eval_every=4", "sac.seed_steps=800", "sac.progressive_steps=1600",
-             "sac.utd_ratio=0.5"]
+SAC_REACH = ["train.algorithm=sac", "policy.activation=relu", "sac.critic_hidden=[64, 64]", "env.num_envs=8",
+             "train.total_steps=8000", "train.rollout_steps=50", "train.eval_every=4", "sac.seed_steps=800",
+             "sac.progressive_steps=1600", "sac.utd_ratio=0.5"]
 
 
 def test_residual_starts_exactly_at_the_base():

@@ -10,7 +10,7 @@ from helpers import roborl_in_process
 from roborl.errors import UserError
 from roborl.reward_classifier import RewardClassifier, labelled_frames
 
-EPISODES, SIZE = 96, 64
+EPISODES, SIZE = 96, 48
 
 
 @pytest.fixture(scope="module")
