@@ -42,6 +42,11 @@ if ! dpkg --compare-versions "$mesa_vulkan" ge 24.3 || ! dpkg -s libvulkan1 >/de
   fi
 fi
 PYTHON=${PYTHON:-python3}
+# LIBERO (the libero/ environments) in its own .venv-libero, which needs mujoco < 4: installed meanwhile, beside
+# roborl's .venv (each pip uses one core)
+bash scripts/setup_libero.sh &
+libero_setup=$!
+trap 'kill "$libero_setup" 2>/dev/null || true' EXIT
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
@@ -74,6 +79,6 @@ fi
 # openpi's own robot-side client, which the tests drive `roborl serve` with; without its dependencies: it pins
 # numpy < 2, which its websocket client does not need (and roborl's other dependencies do not allow)
 "${PIP[@]}" install --no-deps "openpi-client==0.1.2"
-# LIBERO (the libero/ environments) in its own .venv-libero: it needs mujoco < 4
-bash scripts/setup_libero.sh
+wait "$libero_setup"
+trap - EXIT
 echo "roborl installed in .venv (torch ${torch_version}); try: .venv/bin/roborl train configs/ppo_reach.yaml"
