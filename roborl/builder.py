@@ -291,7 +291,7 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
         r = residual or ResidualConfig()
         try:
             return policies.ResidualPolicy(obs_dim, action_dim, r.scale, r.inputs, list(cfg.hidden), cfg.activation,
-                                  cfg.init_log_std, state_std, cfg.normalize_obs, critic=not state_std)
+                                           cfg.init_log_std, state_std, cfg.normalize_obs, critic=not state_std)
         except ValueError as exc:
             raise UserError(str(exc)) from exc
     if cfg.kind == "gaussian":
@@ -301,8 +301,8 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
         agents = per_agent_actors(cfg, env) if cfg.actors == "per_agent" else None
         try:
             return policies.GaussianActorCritic(obs_dim, action_dim, list(cfg.hidden), cfg.activation,
-                                       cfg.init_log_std, cfg.normalize_obs, image_shape=image, cost_critic=cost_critic,
-                                       sac=state_std, agents=agents)
+                                                cfg.init_log_std, cfg.normalize_obs, image_shape=image, cost_critic=cost_critic,
+                                                sac=state_std, agents=agents)
         except ValueError as exc:
             raise UserError(f"policy.actors per_agent: {exc}") from exc
     if cfg.kind == "pi0":
@@ -319,13 +319,13 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
         if cfg.kind == "diffusion":
             d = cfg.dppo
             return policies.DiffusionPolicy(obs_dim, action_dim, cfg.horizon, execute, train_timesteps=cfg.train_timesteps,
-                                   eta=cfg.eta, rl_mode=cfg.rl_mode, finetune_steps=d.finetune_steps,
-                                   min_sampling_std=d.min_sampling_std,
-                                   min_logprob_std=d.min_logprob_std, denoise_discount=d.denoise_discount,
-                                   clip_base=d.clip_base, **common)
+                                            eta=cfg.eta, rl_mode=cfg.rl_mode, finetune_steps=d.finetune_steps,
+                                            min_sampling_std=d.min_sampling_std,
+                                            min_logprob_std=d.min_logprob_std, denoise_discount=d.denoise_discount,
+                                            clip_base=d.clip_base, **common)
         return policies.FlowPolicy(obs_dim, action_dim, cfg.horizon, execute, rl_mode=cfg.rl_mode,
-                          noise_min=cfg.flow_noise.min_std, noise_max=cfg.flow_noise.max_std,
-                          noise_level=cfg.flow_sde.noise_level, fpo_samples=cfg.fpo.samples, **common)
+                                   noise_min=cfg.flow_noise.min_std, noise_max=cfg.flow_noise.max_std,
+                                   noise_level=cfg.flow_sde.noise_level, fpo_samples=cfg.fpo.samples, **common)
     except ValueError as exc:  # the policies check their own arguments (rl_mode, denoiser, horizon)
         raise UserError(str(exc)) from exc
 

@@ -250,7 +250,6 @@ def test_residual_sac_fixes_a_biased_base(tmp_path):
     assert base_success <= 0.2 and final >= 0.8, s["eval_history"]
 
 
-@pytest.mark.learning
 def test_sac_resumed_after_sigkill_continues_from_its_checkpoint(tmp_path):
     """SAC killed mid-run: `resume=` restores the critics, target critics, temperature, optimizers, replay
     and counters exactly, and the resumed run finishes the budget with every transition in its replay (half the

@@ -65,9 +65,10 @@ class PettingZooEnv(ParallelEnv):
         for name, a in self.venv.agents.items():
             joint[slice(*a.action)] = actions[name]
         obs, reward, term, trunc, info = self.venv.step(torch.as_tensor(joint)[None])
+        ended = bool(info["done"][0])
         # an episode that ended reports its last observation, not the one the auto-reset produced
-        state = info["final_obs"]["state"] if bool(info["done"][0]) else obs["state"]
-        agents, self.agents = self.agents, ([] if bool(info["done"][0]) else self.agents)
+        state = info["final_obs"]["state"] if ended else obs["state"]
+        agents, self.agents = self.agents, ([] if ended else self.agents)
         shared = {"success": bool(info["success"][0])}
         if "cost" in info:
             shared["cost"] = float(info["cost"][0])
