@@ -121,9 +121,21 @@ def test_killing_the_policy_server_stops_the_arm_within_two_periods(fr3, reach_a
     client.close()
 
 
-def push_out_of_the_box(host: str, specs: list) -> np.ndarray:
-    """A scripted policy heads forward and down, out of the box; the TCP positions it reached."""
-    robot = FrankaRobot(host, {**EE, "shields": {"specs": specs}})
+class RecordingFranka(FrankaRobot):
+    """The driver, keeping each TCP target it commands (the measured TCP + the scaled action, as `act` does)."""
+    targets: list
+
+    def act(self, action: np.ndarray) -> None:
+        command = self.scale * np.clip(np.asarray(action, float), -1, 1) + self.offset
+        self.targets.append(self.proprio["tcp"] + command[:3])
+        super().act(action)
+
+
+def push_out_of_the_box(host: str, specs: list) -> tuple[np.ndarray, np.ndarray]:
+    """A scripted policy heads forward and down, out of the box, for 40 periods; the TCP positions measured
+    at each period and the TCP targets commanded."""
+    robot = RecordingFranka(host, {**EE, "shields": {"specs": specs}})
+    robot.targets = []
     robot.connect()
     robot.reset()
     seen = []
@@ -138,30 +150,35 @@ def push_out_of_the_box(host: str, specs: list) -> np.ndarray:
     # FrankaError, which is the behaviour wanted, and the steps up to there still show where the arm went
     planner = report.reason == "robot_error" and "Motion planner failed" in report.detail
     assert report.reason == "done" or (planner and report.steps >= 15), (report.reason, report.steps, report.detail)
-    return np.asarray(seen)
+    return np.asarray(seen), np.asarray(robot.targets)
 
 
 LOW, HIGH = [0.3, -0.3, 0.12], [0.7, 0.3, 0.4]
 
 
+def outside(p: np.ndarray) -> np.ndarray:
+    """How far each TCP position lies beyond the box's front face or below its floor (m; ≤ 0 inside)."""
+    return np.maximum(LOW[2] - p[:, 2], p[:, 0] - HIGH[0])
+
+
 def test_without_a_shield_the_push_leaves_the_box(fr3):
-    free = push_out_of_the_box(fr3[0], [])
+    free, _ = push_out_of_the_box(fr3[0], [])
     assert free[:, 2].min() < LOW[2] - 0.03 and free[:, 0].max() > HIGH[0]  # what the shield must prevent
 
 
 def test_the_robot_side_workspace_shield_holds_on_the_fr3(fr3):
-    shielded = push_out_of_the_box(fr3[0], [{"type": "workspace", "low": LOW, "high": HIGH, "tcp": [15, 18],
-                                             "max_step": 0.04}])
-    # the shield keeps every target inside; the arm can overshoot a target only by its braking distance v²/2a
-    # at the speed it had (Ruckig plans each new target from the current velocity within the scaled limits).
-    # The TCP is sampled once a period, so its mean speed over a period is measured; within the period the
-    # speed exceeds that mean by at most a·dt/2 (|dv/dt| ≤ a)
-    accel, dt = 13.0 * 0.2, EE["env"]["control_dt"]  # franky's translational acceleration limit × the dynamics factor
-    speed = np.linalg.norm(np.diff(shielded, axis=0), axis=1).max() / dt + accel * dt / 2
-    braking = speed**2 / (2 * accel)
-    over = max(LOW[2] - shielded[:, 2].min(), shielded[:, 0].max() - HIGH[0])
-    print(f"\npeak TCP speed {speed:.3f} m/s, braking distance {1000 * braking:.1f} mm, overshoot {1000 * over:.1f} mm")
-    assert over < braking + 0.002 and braking < 0.035
+    shielded, targets = push_out_of_the_box(fr3[0], [{"type": "workspace", "low": LOW, "high": HIGH,
+                                                      "tcp": [15, 18], "max_step": 0.04}])
+    over = outside(shielded)
+    # the shield's guarantee: every target commanded lies in the box (pulled back in after an overshoot)
+    assert outside(targets).max() < 1e-6
+    # the arm passes its target by what it needs to brake: franky's planner, taking over a motion that heads
+    # out, brakes below the acceleration limit (about 1.4 m/s² from 0.37 m/s measured on franky-sim at
+    # dynamics 0.2, more when the simulator runs behind the wall clock and takeovers come faster), so the
+    # bound is the one the docs tell users to pad the box by
+    print(f"\novershoot {1000 * over.max():.1f} mm, {1000 * over[-5:].max():.1f} mm over the last 5 periods")
+    assert over.max() < 0.04
+    assert over[-5:].max() < 0.002  # and it came back: the target does not move out with the arm
     assert shielded[:, 0].max() > HIGH[0] - 0.01  # it did reach the box's edge
 
 

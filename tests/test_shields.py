@@ -53,6 +53,10 @@ def test_workspace_and_speed_shields_always_satisfy_their_limits():
     target = tcp + action[:, :3].clamp(-1, 1) * STEP
     inside = ((target >= torch.tensor(low)) & (target <= torch.tensor(high))).all(-1)
     assert intervened[~inside].all() and (action.abs() > 1).any()
+    # from outside the box (an arm that overshot) the target goes back toward it by up to a step, never out
+    beyond = torch.tensor([[0.72, 0.0, 0.2], [0.9, 0.0, 0.2], [0.5, 0.0, 0.03]])
+    safe, _, _ = WorkspaceShield(low, high, ARM_OBS["tcp"], STEP)(obs_at(beyond), torch.tensor([[1.0, 0, 0, 0]] * 3))
+    assert torch.allclose(safe[:, :3], torch.tensor([[-0.5, 0, 0], [-1.0, 0, 0], [1.0, 0, 0.5]]), atol=1e-5)
     speed = SpeedShield(max_speed=0.5, control_dt=0.05, max_step=STEP)
     safe, intervened, _ = speed(obs_at(tcp), action)
     assert (safe[:, :3].norm(dim=-1) * STEP / 0.05 <= 0.5 + 1e-5).all()

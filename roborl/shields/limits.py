@@ -12,9 +12,10 @@ from roborl.shields.base import Shield, changed
 
 def clamp_delta_target(action: torch.Tensor, now: torch.Tensor, step: float, low: torch.Tensor,
                        high: torch.Tensor) -> torch.Tensor:
-    """The nearest action whose target now + action·step lies in [low, high]; a coordinate already
-    outside may stay where it is but never moves further out."""
-    target = (now + action * step).clamp(torch.minimum(low, now), torch.maximum(high, now))
+    """The nearest action whose target now + action·step lies in [low, high]. A coordinate already outside
+    (an overshoot, a start outside) is sent back toward the box by up to a step: holding a moving arm's target
+    at where it is measured would move the target out with the arm, period after period, while the arm brakes."""
+    target = (now + action * step).clamp(low, high)
     return ((target - now) / step).clamp(-1, 1)
 
 
