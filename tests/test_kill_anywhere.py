@@ -7,6 +7,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -77,3 +78,25 @@ def test_killed_anywhere_the_run_carries_on(tmp_path):
         assert len(steps) == len(set(steps)), (tag, sorted(s for s in steps if steps.count(s) > 1))
     assert [e.step for e in acc.Scalars("train/policy_loss")] == list(range(80, 8001, 80))
     assert not list(run.rglob(".*.tmp-*")) and not list(run.rglob("*.tmp"))
+
+
+def test_a_resumed_run_made_in_its_predecessors_second_keeps_its_points(tmp_path):
+    """TensorBoard reads event files in name order (creation second, host, process id). A killed predecessor
+    whose file sorts after the resumed run's would purge the resumed run's points as it is read."""
+    from roborl.logger import Logger
+
+    predecessor = Logger(tmp_path, 10, progress=False, purge_step=5)
+    for step in (5, 6):
+        predecessor.scalars("train", {"loss": 1.0}, step)
+    predecessor.close()
+    (written,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    written.rename(written.with_name(f"events.out.tfevents.{int(time.time()) + 1}.{socket.gethostname()}.99999999.0"))
+
+    resumed = Logger(tmp_path, 10, 4, progress=False, purge_step=5)
+    for step in range(5, 11):
+        resumed.scalars("train", {"loss": 2.0}, step)
+    resumed.close()
+
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [(step, 2.0) for step in range(5, 11)]
