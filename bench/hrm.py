@@ -25,12 +25,13 @@ TARGET = 0.8
 
 
 def row(learner: str, config: str, seeds: list[int], summaries: list[dict]) -> dict:
+    """One learner's results over its seeds; `config` as the command line gives it."""
     finals = [s["success_rate"] for s in summaries]
     reached = [first_reaching(s["eval_history"], TARGET) for s in summaries]
     never = float("inf")
     steps = statistics.median([r[0] if r else never for r in reached])
     minutes = statistics.median([r[1] / 60 if r else never for r in reached])
-    return {"learner": learner, "config": f"configs/{config}.yaml", "seeds": seeds, **summarize([finals]),
+    return {"learner": learner, "config": config, "seeds": seeds, **summarize([finals]),
             "final_success": finals, "reached": sum(r is not None for r in reached),
             "median_env_steps_to_target": None if steps == never else steps,
             "median_minutes_to_target": None if minutes == never else minutes,
@@ -38,17 +39,20 @@ def row(learner: str, config: str, seeds: list[int], summaries: list[dict]) -> d
             "eval_history": [s["eval_history"] for s in summaries]}
 
 
-def main() -> None:
-    args = seeds_study_parser(__doc__.splitlines()[0], "runs/hrm", 1_200_000).parse_args()
-    jobs = [(learner, config, seed) for learner, config in LEARNERS.items() for seed in args.seeds]
-    done = train_runs([(f"{config}_seed{seed}", [f"configs/{config}.yaml", f"train.seed={seed}",
-                                                 f"train.total_steps={args.steps}", f"train.max_minutes={args.max_minutes:g}",
-                                                 "train.video=false"]) for _, config, seed in jobs],
-                      Path(args.run_dir), args.reuse, args.jobs)
+def study(learners: dict[str, tuple[str, list[str]]], args, name: str, title: str, plot_title: str,
+          budget: str) -> None:
+    """Trains every learner (its config and overrides) on every seed, then prints and writes the table."""
+    jobs = [(learner, config, overrides, seed) for learner, (config, overrides) in learners.items() for seed in args.seeds]
+    steps = [f"train.total_steps={args.steps}"] if args.steps else []
+    done = train_runs([(f"{config}{''.join('_' + o.split('=')[1] for o in overrides)}_seed{seed}",
+                        [f"configs/{config}.yaml", *overrides, f"train.seed={seed}", *steps,
+                         f"train.max_minutes={args.max_minutes:g}", "train.video=false"])
+                       for _, config, overrides, seed in jobs], Path(args.run_dir), args.reuse, args.jobs)
     rows = []
-    for learner, config in LEARNERS.items():
-        summaries = [s for (name, _, _), s in zip(jobs, done) if name == learner]
-        rows.append(row(learner, config, args.seeds, summaries))
+    for learner, (config, overrides) in learners.items():
+        summaries = [s for (name, *_), s in zip(jobs, done) if name == learner]
+        shown = f"configs/{config}.yaml" + "".join(f" {o}" for o in overrides)
+        rows.append(row(learner, shown, args.seeds, summaries))
     lines = [f"| learner | final success, mean [95% CI] | IQM | seeds reaching {TARGET:.0%} | median env steps to "
              f"{TARGET:.0%} | median minutes to {TARGET:.0%} | env steps per run | minutes per run | each seed's final success |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -61,14 +65,20 @@ def main() -> None:
                      f"| {steps} | {minutes} | {int(statistics.mean(r['env_steps'])):,} | "
                      f"{', '.join(f'{m:.1f}' for m in r['minutes'])} | "
                      f"{', '.join(f'{x:.2f}' for x in r['final_success'])} |")
-    lines += ["", f"Each run: {args.steps:,} env steps or {args.max_minutes:g} minutes, whichever comes first, "
+    lines += ["", f"Each run: {budget} or {args.max_minutes:g} minutes, whichever comes first, "
               f"{args.jobs} run(s) side by side; success is the deterministic evaluation's (64 episodes) at the end; "
               "the medians count a seed that never reached the target as never. Minutes are wall time on a machine "
               "that may have had other work: compare env steps."]
-    write_results("hrm", "Hierarchies of reward machines on Tour (six touches, one repeated)", lines, {"rows": rows},
+    write_results(name, title, lines, {"rows": rows},
                   seeds=f"training seeds {', '.join(map(str, args.seeds))} for every learner (`train.seed`)",
-                  curves={r["learner"]: mean_curve(r["eval_history"]) for r in rows},
-                  plot_title="Tour: option learner vs flat machine vs sparse reward (mean over seeds)")
+                  curves={r["learner"]: mean_curve(r["eval_history"]) for r in rows}, plot_title=plot_title)
+
+
+def main() -> None:
+    args = seeds_study_parser(__doc__.splitlines()[0], "runs/hrm", 1_200_000).parse_args()
+    study({learner: (config, []) for learner, config in LEARNERS.items()}, args, "hrm",
+          "Hierarchies of reward machines on Tour (six touches, one repeated)",
+          "Tour: option learner vs flat machine vs sparse reward (mean over seeds)", f"{args.steps:,} env steps")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from roborl.shields.specs import build_shields
 from roborl.sim.base_action import BaseActionEnv
 from roborl.sim.chunking import ActionChunkEnv
 from roborl.sim.history import StateHistoryEnv
+from roborl.sim.wrapper import find_wrapper
 from roborl.tasks.arm import ArmEnv
 from roborl.tasks.expert import ImperfectExpert
 from roborl.tasks.two_arms import TwoArmReachEnv
@@ -278,6 +279,15 @@ def per_agent_actors(cfg: PolicyConfig, env: sim.VecEnv) -> dict[str, tuple[tupl
     return {name: (space.state, space.action_dim) for name, space in env.agents.items()}
 
 
+def per_machine_actors(env: sim.VecEnv) -> list[int]:
+    """The machine of each option column at the end of `state` (policy.actors per_machine)."""
+    hierarchy = find_wrapper(env, HierarchyEnv)
+    if hierarchy is None:
+        raise UserError("policy.actors per_machine trains one actor per machine of a hierarchy learned by options: "
+                        "set env.rm.machine to a hierarchy file and env.rm.learner options (or policy.actors joint)")
+    return hierarchy.options.machine_of
+
+
 def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: ResidualConfig | None = None,
                 state_std: bool = False, cost_critic: bool = False) -> nn.Module:
     spaces = env.observation_space.spaces
@@ -299,10 +309,11 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
             raise UserError("env.action_chunk > 1 needs a chunk-predicting policy (policy.kind diffusion or flow)")
         image = tuple(spaces["rgb"].shape[:2]) if "rgb" in spaces else None
         agents = per_agent_actors(cfg, env) if cfg.actors == "per_agent" else None
+        machines = per_machine_actors(env) if cfg.actors == "per_machine" else None
         try:
             return policies.GaussianActorCritic(obs_dim, action_dim, list(cfg.hidden), cfg.activation,
                                                 cfg.init_log_std, cfg.normalize_obs, image_shape=image, cost_critic=cost_critic,
-                                                sac=state_std, agents=agents)
+                                                sac=state_std, agents=agents, option_machines=machines)
         except ValueError as exc:
             raise UserError(f"policy.actors per_agent: {exc}") from exc
     if cfg.kind == "pi0":

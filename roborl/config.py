@@ -95,8 +95,9 @@ class PolicyConfig:
     init_log_std: float = -0.5  # gaussian: the log standard deviation of the actions at the start (learned)
     normalize_obs: bool = True  # standardize state observations by running mean and std (saved with the checkpoint)
     # gaussian on a multi-agent env (mujoco/TwoArmReach): joint (one actor on the whole state) | per_agent (one actor
-    # per agent on its own observation, the critic on the whole state: MAPPO)
-    actors: str = param("joint", choices=("joint", "per_agent"))
+    # per agent on its own observation, the critic on the whole state: MAPPO); with env.rm.learner options:
+    # per_machine (one actor per machine of the hierarchy, the critic shared)
+    actors: str = param("joint", choices=("joint", "per_agent", "per_machine"))
     init: str | None = None  # start from this checkpoint's weights (a BC policy, for RL fine-tuning)
     # take only these submodules from `init` (e.g. [backbone]: a VLA's pretrained backbone, a new expert)
     init_modules: list[str] = field(default_factory=list)
@@ -360,9 +361,10 @@ def check_relations(cfg: Config) -> None:
         if a.minibatches > rows:
             raise UserError(f"algo.minibatches ({a.minibatches}) must be at most the rows of one rollout, env.num_envs "
                             f"× train.rollout_steps{' / resources.learners' if r.learners > 1 else ''} = {rows}")
-    if e.rm.learner == "options" and t.algorithm != "ppo":
+    if e.rm.learner == "options" and t.algorithm not in ("ppo", "sac"):
         raise UserError(f"env.rm.learner options ends each option's return where its machine returns, which PPO's "
-                        f"advantages honour: set train.algorithm ppo (not {t.algorithm}), or env.rm.learner flat")
+                        f"advantages and SAC's targets honour: set train.algorithm ppo or sac (not {t.algorithm}), "
+                        "or env.rm.learner flat")
     if e.rm.learner == "options" and e.rm.shaping_gamma is not None:
         raise UserError("env.rm.shaping_gamma shapes a flat machine's reward; the option learner pays each machine's "
                         "own reward (its reward terms give dense progress): leave shaping_gamma unset")

@@ -87,6 +87,40 @@ def test_the_batched_call_stack_equals_the_reference_on_random_traces():
     assert all(saw.values()), saw  # the traces exercised nested calls, returns, acceptance and failure
 
 
+def test_every_options_counterfactual_step_is_what_the_real_call_stack_does():
+    """Counterfactual experience across options: each option stepped alone on a step's labels (its callers
+    replaced) pays, ends and moves on exactly as the real stacks do wherever that option is the one running,
+    on random traces through nested calls, returns, acceptance and failure."""
+    from roborl.rm.hierarchy_env import Options
+
+    compiled = CompiledHierarchy(three_levels(), LABELS)
+    options = Options(compiled)
+    position = {int(o): i for i, o in enumerate(options.runnable)}
+    traces = random_traces(300, 30, seed=1)
+    n = len(traces)
+    stack = compiled.reset(n)
+    seen, ended_seen = set(), 0
+    for t in range(30):
+        labels = torch.tensor([[name in trace[t] for name in LABELS] for trace in traces])
+        running = ~(stack["failed"] | compiled.accepts(stack))
+        option = options.of(stack)
+        after = compiled.step(stack, labels)[0]
+        each = options.step_each(labels)
+        for i in running.nonzero().flatten().tolist():
+            row = position[int(option[i])] * n + i
+            real_end = bool(after["returned"][i] | compiled.accepts(after)[i] | after["failed"][i])
+            assert int(each["option"][row]) == int(option[i])
+            assert float(each["own"][row]) == pytest.approx(float(after["own"][i])), (i, t)
+            assert bool(each["ended"][row]) == real_end, (i, t, options.names[int(option[i])])
+            if not real_end:
+                assert int(each["next"][row]) == int(options.of(after)[i]), (i, t)
+            seen.add(int(option[i]))
+            ended_seen += real_end
+        stack = after
+    # every option ran but leaf.l0, which a stack never rests in: `pair` calls leaf on `a`, which moves it on at once
+    assert set(options.runnable.tolist()) - seen == {options.names.index("leaf.l0")} and ended_seen > 100
+
+
 def test_flattening_gives_the_flat_machine_written_by_hand():
     leaf = RMBuilder("l0").edge("l0", "l1", "a", 1.0).edge("l1", "l2", "b").accepting("l2").build()
     root = RMBuilder("r0").call("r0", "r1", "leaf", "true").call("r1", "r2", "leaf", "true", 5.0).accepting("r2").build()
@@ -266,8 +300,8 @@ def test_option_learner_config_errors(tmp_path):
 
     tour = {"env": {"id": "mujoco/Tour", "num_envs": 4, "rm": {"machine": str(ROOT / "tasks" / "tour.rm"),
                                                                 "learner": "options"}}}
-    with pytest.raises(UserError, match="set train.algorithm ppo \\(not sac\\)"):
-        config_from_dict({**tour, "train": {"algorithm": "sac"}})
+    with pytest.raises(UserError, match="set train.algorithm ppo or sac \\(not grpo\\)"):
+        config_from_dict({**tour, "train": {"algorithm": "grpo"}})
     with pytest.raises(UserError, match="leave shaping_gamma unset"):
         config_from_dict({"env": {**tour["env"], "rm": {**tour["env"]["rm"], "shaping_gamma": 0.9}}})
     cfg = config_from_dict({"env": {**tour["env"], "rm": {"machine": str(ROOT / "tasks" / "sequence.rm"),
@@ -311,3 +345,102 @@ def test_ppo_ends_an_options_return_where_its_machine_returns(tmp_path):
     assert torch.equal(buffer.dones.bool().cpu(), option_end | episode_end)
     assert (buffer.rewards.cpu()[option_end] == 1.0).all()
     runner.close()
+
+
+def sac_on_tour(tmp_path, crm: bool):
+    """A SAC runner on Tour with the option learner, acted by the expert (so calls do return), after one
+    collection of 4 envs × 30 steps; each step's option ends and episode ends as the env reported them."""
+    from helpers import ROOT
+
+    from roborl import tasks
+    from roborl.collect import EpisodeLog
+    from roborl.config import load_config
+    from roborl.policies.act import Act
+    from roborl.runner import Runner
+
+    cfg = load_config(ROOT / "configs" / "hrm_tour_options_sac.yaml", [
+        f"train.run_dir={tmp_path}", "train.name=sac", "env.num_envs=4", "train.rollout_steps=30",
+        f"sac.crm={str(crm).lower()}", "sac.seed_steps=0", "sac.batch_size=8",
+        "sac.critic_hidden=[16]", "train.progress=false", "train.video=false", "policy.hidden=[16]"])
+    runner = Runner(cfg)
+    expert = tasks.EXPERTS["mujoco/Tour"](runner.env.unwrapped)
+    runner.algo.act = lambda obs: Act(expert.act(obs), torch.zeros(4))
+    seen = []
+    step = runner.env.step
+
+    def recording_step(action):
+        out = step(action)
+        seen.append((out[4]["option_end"].clone(), out[2].clone()))
+        return out
+
+    runner.env.step = recording_step
+    runner.algo.collect(runner.env, runner.env.reset(seed=0), EpisodeLog())
+    return runner, torch.stack([o for o, _ in seen]), torch.stack([t for _, t in seen])
+
+
+def test_sac_ends_an_options_target_where_its_machine_returns(tmp_path):
+    runner, option_end, terminated = sac_on_tour(tmp_path, crm=False)
+    replay = runner.algo.replay
+    assert len(replay) == 30 * 4 and option_end.sum() >= 4  # the expert's touches returned
+    stored = replay.data["terminated"][:len(replay)].bool().cpu().view(30, 4)
+    assert torch.equal(stored, option_end | terminated)
+    runner.close()
+
+
+def test_sac_with_crm_learns_every_option_from_every_step(tmp_path):
+    runner, option_end, _ = sac_on_tour(tmp_path, crm=True)
+    replay, options = runner.algo.replay, runner.env.options
+    runnable = len(options.runnable)
+    assert runnable == 6 + 3  # the root's states before acceptance and each touch machine's start
+    assert len(replay) == 30 * 4 * runnable
+    onehots = replay.data["obs.state"][:len(replay), -options.count:]
+    assert (onehots.sum(-1) == 1).all() and torch.equal(onehots.sum(0)[options.runnable], torch.full((runnable,), 120.0))
+    touch = [options.names.index(f"touch_{x}.0") for x in "abc"]
+    ended = replay.data["terminated"][:len(replay)].bool()
+    # a touch option's row ends wherever its target is touched, whichever option was acting: at least at every
+    # real return, and more often (touching red while the blue option acts ends red's row too)
+    touch_rows_ended = sum(int(ended[onehots[:, t] == 1].sum()) for t in touch)
+    assert touch_rows_ended > option_end.sum() >= 4, (touch_rows_ended, int(option_end.sum()))
+    runner.close()
+
+
+def test_per_machine_actors_act_and_learn_only_where_their_machine_runs(tmp_path):
+    """policy.actors per_machine: the row's machine picks whose actor acts, only that actor gets gradients
+    from the row, and a PPO run trains, saves and evaluates through the CLI; without a hierarchy learned
+    by options the key is refused in one line."""
+    from helpers import ROOT, roborl_in_process
+
+    from roborl import sim
+    from roborl.builder import make_policy
+    from roborl.config import config_from_dict
+    from roborl.errors import UserError
+    from roborl.rm import HierarchyEnv, load_hierarchy
+
+    env = HierarchyEnv(sim.make("mujoco/Tour", 6, seed=0), load_hierarchy(str(ROOT / "tasks" / "tour.rm")))
+    cfg = config_from_dict({"policy": {"kind": "gaussian", "actors": "per_machine", "hidden": [16]}}).policy
+    policy = make_policy(cfg, env)
+    assert len(policy.actor.nets) == 4  # root, touch_a, touch_b, touch_c
+    obs = env.reset(seed=0)
+    options = env.options
+    for row, name in enumerate(["touch_a.0", "touch_b.0", "touch_c.0", "root.s1", "touch_a.0", "touch_c.0"]):
+        obs["state"][row, -options.count:] = 0.0
+        obs["state"][row, -options.count + options.names.index(name)] = 1.0
+    x = policy.features(obs)
+    machines = [1, 2, 3, 0, 1, 3]
+    inputs = x[:, :-4]
+    for row, m in enumerate(machines):
+        assert torch.allclose(policy.actor(x)[row], policy.actor.nets[m](inputs[row:row + 1])[0])
+    policy.zero_grad()
+    policy.actor(x)[[1]].sum().backward()  # a touch_b row: only touch_b's actor learns from it
+    grads = [sum(float(p.grad.abs().sum()) for p in net.parameters() if p.grad is not None) for net in policy.actor.nets]
+    assert grads[2] > 0 and grads[0] == grads[1] == grads[3] == 0
+    env.close()
+
+    run = roborl_in_process("train", str(ROOT / "configs" / "hrm_tour_options.yaml"), "policy.actors=per_machine",
+                            "env.num_envs=8", "train.total_steps=800", "train.rollout_steps=50", "train.eval_episodes=4",
+                            f"train.run_dir={tmp_path}", "train.name=pm", "train.progress=false", "train.video=false")
+    assert run.returncode == 0, run.stderr[-2000:]
+    evaluated = roborl_in_process("eval", str(tmp_path / "pm" / "checkpoints" / "last.safetensors"), "--episodes", "4")
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    with pytest.raises(UserError, match="policy.actors per_machine trains one actor per machine"):
+        make_policy(cfg, sim.make("mujoco/Tour", 2, seed=0))

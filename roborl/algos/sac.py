@@ -9,7 +9,8 @@ a state-dependent std: roborl/policies/gaussian.py) off-policy: every env step g
 the seeding steps run the base alone; then, as in Policy Decorator, exploration is progressive: at the start
 of each episode an env runs the residual with probability min(t / sac.progressive_steps, 1) (t counted from
 the end of seeding) and the bare base otherwise; evaluation always runs the full residual.
-With `sac.crm` and a reward machine, each transition is stored as seen from every machine state (CRM).
+With `sac.crm` and a reward machine, each transition is stored as seen from every machine state (CRM); with a
+hierarchy learned by options, as seen from every option that can run.
 RLPD: demonstrations (`sac.demos`) and the transitions an operator commanded (`intervened` in what a robot
 actor sends, roborl/robot/actor.py) go to a second buffer, which gives `sac.offline_fraction` of every batch.
 Its checkpoint state holds the critics, target critics, temperature, the three optimizers and the filled
@@ -30,9 +31,10 @@ from roborl.errors import UserError
 from roborl.policies.act import Act
 from roborl.policies.gaussian import mlp
 from roborl.replay import ReplayBuffer, sample_mixed
-from roborl.rm import RewardMachineEnv
+from roborl.rm import HierarchyEnv, RewardMachineEnv
 from roborl.sim import VecEnv
 from roborl.sim.batch import clone, concat, merge_rows
+from roborl.sim.wrapper import find_wrapper
 
 
 class TwinQ(nn.Module):
@@ -127,10 +129,10 @@ class SAC(Algorithm):
                             f"gaussian); use ppo for policy.kind {cfg.policy.kind}")
         crm = None
         if cfg.sac.crm:
-            crm = find_wrapper(env, RewardMachineEnv)
+            crm = find_wrapper(env, RewardMachineEnv) or find_wrapper(env, HierarchyEnv)
             if crm is None:
-                raise UserError("sac.crm needs a reward machine (env.rm.machine or env.rm.ltlf) in the learner's "
-                                "process (not with Ray env workers)")
+                raise UserError("sac.crm needs a reward machine or a hierarchy of them (env.rm.machine or env.rm.ltlf) "
+                                "in the learner's process (not with Ray env workers)")
         residual_on = torch.rand(env.num_envs) < exploration_prob(cfg.sac, 0)  # drawn before the critics' init
         algo = cls(policy, policy.feature_dim, env.action_dim, cfg.sac, device, comm)
         algo.comm.broadcast_module(algo.critic)  # several learners start from rank 0's critics
@@ -189,8 +191,9 @@ class SAC(Algorithm):
                 self.residual_on[done] = torch.rand(int(done.sum()), generator=self.generator).to(self.device) < p
             if self.crm is not None:
                 transition = self.counterfactuals(step.obs, step.act.action, stored_next, step.info)
-            else:
-                transition = (step.obs, step.act.action, step.reward, stored_next, step.terminated)
+            else:  # an option's return ends where its machine returns (env.rm.learner options); the env goes on
+                ended = step.terminated | step.info["option_end"] if "option_end" in step.info else step.terminated
+                transition = (step.obs, step.act.action, step.reward, stored_next, ended)
             log.record(step.info)
             if self.in_worker:
                 self.transitions.append(clone(transition))
@@ -262,9 +265,9 @@ class SAC(Algorithm):
         return out
 
     def counterfactuals(self, obs: dict, action: torch.Tensor, next_obs: dict, info: dict) -> tuple:
-        """CRM: the transition as seen from every non-terminal machine state (the machine's one-hot is the
-        last U entries of `state`; other observation keys are repeated)."""
-        rm, U = self.crm, self.crm.machine.num_states
+        """CRM: the transition as seen from every non-terminal machine state, or from every option that can run
+        (the machine's one-hot is the last U entries of `state`; other observation keys are repeated)."""
+        rm, U = self.crm, self.crm.machine_columns
         states, next_states, rewards, terminated = rm.counterfactuals(
             obs["state"][:, :-U], next_obs["state"][:, :-U], info["labels"], info["env_reward"],
             info["task_terminated"], info.get("reward_terms"))
@@ -303,12 +306,3 @@ def exploration_prob(s: SACConfig, collected: int) -> float:
     if collected < s.seed_steps:
         return 0.0
     return 1.0 if s.progressive_steps <= 0 else min((collected - s.seed_steps) / s.progressive_steps, 1.0)
-
-
-def find_wrapper(env: object, cls: type) -> object | None:
-    """The first wrapper of type `cls` around the simulator, or None."""
-    while env is not None:
-        if isinstance(env, cls):
-            return env
-        env = getattr(env, "env", None)
-    return None

@@ -16,6 +16,7 @@ from roborl.policies.base import Policy
 from roborl.policies.cnn import CNNEncoder
 from roborl.policies.multi_agent import PerAgentActor
 from roborl.policies.normalizer import RunningNormalizer
+from roborl.policies.per_machine import PerMachineActor
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -55,26 +56,36 @@ class GaussianActorCritic(Policy):
     def __init__(self, obs_dim: int, action_dim: int, hidden: list[int] = (256, 256), activation: str = "tanh",
                  init_log_std: float = -0.5, normalize_obs: bool = True,
                  image_shape: tuple[int, int] | None = None, image_features: int = 256, cost_critic: bool = False,
-                 sac: bool = False, agents: dict[str, tuple[tuple[int, ...], int]] | None = None) -> None:
+                 sac: bool = False, agents: dict[str, tuple[tuple[int, ...], int]] | None = None,
+                 option_machines: list[int] | None = None) -> None:
         """`agents` (name -> state columns, action dims): one actor per agent on its own columns, the critic on
-        the whole state (MAPPO; policies/multi_agent.py)."""
+        the whole state (MAPPO; policies/multi_agent.py). `option_machines`: the machine of each of the last
+        columns of `state` (an option's one-hot): one actor per machine (policies/per_machine.py)."""
         super().__init__()
         self.sac, self.action_dim = sac, action_dim
         self.normalizer = RunningNormalizer(obs_dim) if normalize_obs else None
         self.encoder = CNNEncoder(*image_shape, image_features) if image_shape else None
-        self.feature_dim = in_dim = obs_dim + (image_features if image_shape else 0)
+        in_dim = obs_dim + (image_features if image_shape else 0)
+        # with per-machine actors: option one-hot (raw) → machine one-hot, appended to the features as their gate
+        self.register_buffer("option_machine", nn.functional.one_hot(torch.tensor(option_machines)).float()
+                             if option_machines else None)
+        self.feature_dim = in_dim + (self.option_machine.shape[1] if option_machines else 0)
+        out = action_dim * (2 if sac else 1)
         if agents:
             if sac or image_shape:
                 raise ValueError("per-agent actors are PPO's on state observations (no SAC, no images)")
             self.actor = PerAgentActor(agents, lambda inputs, out: mlp([inputs, *hidden, out], activation, 0.01))
+        elif option_machines:
+            self.actor = PerMachineActor(self.option_machine.shape[1], lambda: mlp([in_dim, *hidden, out], activation, 0.01))
         else:
-            self.actor = mlp([in_dim, *hidden, action_dim * (2 if sac else 1)], activation, 0.01)
+            self.actor = mlp([in_dim, *hidden, out], activation, 0.01)
         if sac:
-            nn.init.constant_(self.actor[-1].bias[action_dim:], float(init_log_std))
-        self.critic = None if sac else mlp([in_dim, *hidden, 1], activation, 1.0)
+            for net in self.actor.nets if option_machines else [self.actor]:
+                nn.init.constant_(net[-1].bias[action_dim:], float(init_log_std))
+        self.critic = None if sac else mlp([self.feature_dim, *hidden, 1], activation, 1.0)
         self.log_std = None if sac else nn.Parameter(torch.full((action_dim,), float(init_log_std)))
         # a second critic for the expected safety cost (PPO-Lagrangian)
-        self.cost_critic = mlp([in_dim, *hidden, 1], activation, 1.0) if cost_critic else None
+        self.cost_critic = mlp([self.feature_dim, *hidden, 1], activation, 1.0) if cost_critic else None
 
     def features(self, obs: dict) -> torch.Tensor:
         x = obs["state"].float()
@@ -82,6 +93,9 @@ class GaussianActorCritic(Policy):
             x = self.normalizer(x)
         if self.encoder is not None:
             x = torch.cat([x, self.encoder(obs["rgb"])], -1)
+        if self.option_machine is not None:
+            options = self.option_machine.shape[0]
+            x = torch.cat([x, obs["state"][:, -options:].float() @ self.option_machine], -1)
         return x
 
     def update_normalizer(self, obs: dict) -> None:

@@ -55,6 +55,7 @@ class RewardMachineEnv(VecEnvWrapper):
         self.reward_mode = reward_mode
         self.shaping_gamma = shaping_gamma
         U = self.machine.num_states
+        self.machine_columns = U  # the one-hot's width at the end of `state`
         self.potential = (self.machine.values(shaping_gamma, term_bound=term_bound) if shaping_gamma is not None
                           else torch.zeros(U, device=env.device))
         self.observation_space = state_space_plus(env, U)

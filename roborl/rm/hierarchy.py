@@ -254,10 +254,11 @@ class CompiledHierarchy:
                 "returned": torch.zeros(n, dtype=torch.bool, device=self.device)}
 
     def accepts(self, stack: dict) -> torch.Tensor:
-        top = self._top(stack)
+        top = self.top(stack)
         return (stack["depth"] == 0) & self.accepting[top[0], top[1]] & ~stack["failed"]
 
-    def _top(self, stack: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    def top(self, stack: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The innermost machine of each stack and its state."""
         rows = torch.arange(len(stack["depth"]), device=self.device)
         return stack["machine"][rows, stack["depth"]], stack["state"][rows, stack["depth"]]
 
@@ -272,7 +273,7 @@ class CompiledHierarchy:
         stack["returned"] = torch.zeros(n, dtype=torch.bool, device=self.device)
         active = ~(stack["failed"] | self.accepts(stack))
         for _ in range(self.max_depth):  # at most D − 1 calls in one step, then a plain edge or none
-            m, u = self._top(stack)
+            m, u = self.top(stack)
             d = stack["depth"]
             callee = self.callee[m, u, code]
             nxt = self.next_state[m, u, code]
@@ -299,7 +300,7 @@ class CompiledHierarchy:
             stack["failed"] |= plain & self.failing[m, nxt]
             returning = plain & ~stack["failed"]
             for _ in range(self.max_depth - 1):
-                tm, tu = self._top(stack)
+                tm, tu = self.top(stack)
                 back = returning & (stack["depth"] > 0) & self.accepting[tm, tu]
                 stack["depth"] = stack["depth"] - back.long()
                 paid = stack["paid"][rows, stack["depth"]]

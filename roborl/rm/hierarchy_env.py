@@ -6,9 +6,12 @@ times (touch A, then B, then A again) is one option, learned once. Here the opti
 observation's `state` gets the one-hot of the innermost machine and its state (not the whole call stack,
 which is what the flat learner sees through `flatten`), the reward is what that machine's own edges pay
 (`CompiledHierarchy`'s `own`, reward terms included), and `info["option_end"]` marks the steps where a
-call returned, which PPO treats as the end of a return (no bootstrap across it; the env goes on). The root's
-calls are fixed by their contexts here (a state calls at most one machine for given labels), so there is no
-choice among calls to learn.
+call returned, which PPO and SAC treat as the end of a return (no bootstrap across it; the env goes on). The
+root's calls are fixed by their contexts here (a state calls at most one machine for given labels), so there is
+no choice among calls to learn.
+
+`counterfactuals` gives off-policy learners (SAC with `sac.crm`) each env transition as seen from every option
+that can run, as CRM does for a flat machine: a touch machine learns from every step, whichever option acted.
 """
 from __future__ import annotations
 
@@ -21,6 +24,52 @@ from roborl.sim.vec_env import Obs, VecEnv
 from roborl.sim.wrapper import VecEnvWrapper
 
 
+class Options:
+    """The options of a compiled hierarchy: one per (machine, state), numbered machine by machine."""
+
+    def __init__(self, machine: CompiledHierarchy) -> None:
+        self.machine, h, device = machine, machine.h, machine.device
+        sizes = torch.tensor([len(h.machines[name].states) for name in machine.names])
+        self.offsets = (torch.cumsum(sizes, 0) - sizes).to(device)  # option of (machine k, state u): offsets[k] + u
+        self.count = int(sizes.sum())
+        self.names = [f"{name}.{state}" for name in machine.names for state in h.machines[name].states]
+        machine_of = torch.repeat_interleave(torch.arange(len(sizes)), sizes).to(device)
+        self.machine_of = machine_of.tolist()  # the machine of each option
+        state_of = torch.arange(self.count, device=device) - self.offsets[machine_of]
+        runs = ~(machine.accepting[machine_of, state_of] | machine.failing[machine_of, state_of])
+        self.runnable = runs.nonzero().flatten()  # the options that can act: neither accepting nor failing
+        self.runnable_machine, self.runnable_state = machine_of[self.runnable], state_of[self.runnable]
+
+    def of(self, stack: dict) -> torch.Tensor:
+        """The option of each stack: its innermost machine and that machine's state."""
+        top_machine, top_state = self.machine.top(stack)
+        return self.offsets[top_machine] + top_state
+
+    def step_each(self, labels: torch.Tensor, terms: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Every option that can run, stepped on each row's labels (N×P) as the innermost machine of a call stack
+        whose callers do not matter: R·N rows ordered by option then row, with `option`, `next` (the option
+        after the step, the same where it ended), `own` (its machine's own reward) and `ended` (a machine
+        returned, the root accepted or the hierarchy failed), as a real stack would step them."""
+        R, n, D = len(self.runnable), labels.shape[0], self.machine.max_depth
+        rep = lambda x: x.repeat(R, *([1] * (x.dim() - 1))) if x is not None else None  # noqa: E731
+        stack = self.machine.reset(R * n)
+        for key in ("machine", "state"):  # level 0 stands for the callers; the option runs at level 1
+            stack[key] = torch.cat([stack[key], stack[key][:, :1]], 1)
+        stack["paid"] = torch.zeros(R * n, D + 1, device=stack["paid"].device)
+        stack["machine"][:, 1] = self.runnable_machine.repeat_interleave(n)
+        stack["state"][:, 1] = self.runnable_state.repeat_interleave(n)
+        stack["depth"][:] = 1
+        after = self.machine.step(stack, rep(labels), rep(terms))[0]
+        top_machine, top_state = self.machine.top(after)
+        # as `step` ends an option: a machine returned (here: some return, or the option's machine accepted at
+        # level 1, the root's acceptance), or the hierarchy failed
+        at_level_1 = (after["depth"] == 1) & self.machine.accepting[top_machine, top_state]
+        ended = after["returned"] | (after["depth"] == 0) | at_level_1 | after["failed"]
+        option = self.runnable.repeat_interleave(n)
+        return {"option": option, "next": torch.where(ended, option, self.offsets[top_machine] + top_state),
+                "own": after["own"], "ended": ended}
+
+
 class HierarchyEnv(VecEnvWrapper):
     def __init__(self, env: VecEnv, h: Hierarchy, reward_mode: str = "replace") -> None:
         if reward_mode not in REWARD_MODES:
@@ -31,10 +80,9 @@ class HierarchyEnv(VecEnvWrapper):
         except ValueError as exc:
             raise SimError(str(exc)) from exc
         self.reward_mode = reward_mode
-        sizes = torch.tensor([len(h.machines[name].states) for name in self.machine.names])
-        self.offsets = (torch.cumsum(sizes, 0) - sizes).to(env.device)  # option of (machine k, state u): offsets[k] + u
-        self.num_options = int(sizes.sum())
-        self.option_names = [f"{name}.{state}" for name in self.machine.names for state in h.machines[name].states]
+        self.options = Options(self.machine)
+        self.num_options, self.option_names = self.options.count, self.options.names
+        self.machine_columns = self.num_options  # the one-hot's width at the end of `state`
         self.observation_space = state_space_plus(env, self.num_options)
         self.stack = self.machine.reset(env.num_envs)
         self._pending: dict | None = None
@@ -50,8 +98,7 @@ class HierarchyEnv(VecEnvWrapper):
 
     def option(self, stack: dict) -> torch.Tensor:
         """The option index of each env: its innermost machine and that machine's state."""
-        rows = torch.arange(len(stack["depth"]), device=self.device)
-        return self.offsets[stack["machine"][rows, stack["depth"]]] + stack["state"][rows, stack["depth"]]
+        return self.options.of(stack)
 
     def with_option(self, obs: Obs, stack: dict) -> Obs:
         option = self.option(stack)
@@ -81,3 +128,18 @@ class HierarchyEnv(VecEnvWrapper):
         fresh = self.machine.reset(self.num_envs)
         self.stack = {k: torch.where(done.view(-1, *[1] * (v.dim() - 1)), fresh[k], v) for k, v in stack.items()}
         return self.with_option(obs, self.stack), reward, term, trunc, info
+
+    def counterfactuals(self, state: torch.Tensor, next_state: torch.Tensor, labels: torch.Tensor,
+                        env_reward: torch.Tensor, env_terminated: torch.Tensor,
+                        terms: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One env transition (`state`, `next_state` without the one-hot; N rows) as seen from every option that
+        can run (`Options.step_each`), each paid and ended as `step` pays and ends it. Returns (states,
+        next_states, rewards, terminated), R·N rows ordered by option then env."""
+        R = len(self.options.runnable)
+        rep = lambda x: x.repeat(R, *([1] * (x.dim() - 1)))  # noqa: E731
+        each = self.options.step_each(labels.to(self.device), terms.to(self.device) if terms is not None else None)
+        own = each["own"].to(env_reward.dtype)
+        reward = own if self.reward_mode == "replace" else rep(env_reward) + own
+        onehot = lambda v: torch.nn.functional.one_hot(v, self.num_options).to(state.dtype)  # noqa: E731
+        return (torch.cat([rep(state), onehot(each["option"])], -1), torch.cat([rep(next_state), onehot(each["next"])], -1),
+                reward, rep(env_terminated) | each["ended"])

@@ -39,3 +39,12 @@ class VecEnvWrapper(VecEnv):
     @property
     def unwrapped(self) -> VecEnv:
         return self.env.unwrapped
+
+
+def find_wrapper(env: object, cls: type) -> object | None:
+    """The outermost wrapper of type `cls` around the simulator, or None."""
+    while env is not None:
+        if isinstance(env, cls):
+            return env
+        env = getattr(env, "env", None)
+    return None
