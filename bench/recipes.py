@@ -58,6 +58,8 @@ RECIPES: dict[str, Recipe] = {
     "ppo_sequence_sparse": Recipe(5, 0.90, 20),  # rm_sequence's bar; reward_machines.md: 0.000 in 2M steps, so the
     #                                              card shows how many seeds learn the sparse task at all
     "hrm_tour_options": Recipe(5, 0.80, 10),  # docs/results/hrm.md: 0.99 [0.98, 1.00], 3/3 seeds >= 80% (576k steps)
+    "hrm_tour_options_sac": Recipe(5, 0.80, 15),  # docs/results/hrm_variants.md: 0.97 [0.95, 1.00], 3/3 seeds >= 80%
+    #                                               (80k of its 150k steps)
     "hrm_tour_flat": Recipe(5, 0.80, 10),  # hrm.md: 0.94 [0.91, 0.97], 3/3 seeds >= 80% (832k steps)
     "ppo_tour_sparse": Recipe(5, 0.80, 10),  # hrm_tour_options' bar; hrm.md: 0.00 on 3 seeds (the sparse baseline)
     "mappo_two_arms": Recipe(3, 0.90, 10),  # docs/results/two_arms.md (300k steps, 3 seeds per shield setting)
@@ -91,9 +93,10 @@ RECIPES: dict[str, Recipe] = {
     "ppo_maniskill_pickcube_gpu": Recipe(3, 0.95, 30),  # its stop_at_success (ManiSkill's baseline settings); no
     #                                                    max_minutes: 30 bounds 50M steps on one GPU
 }
-# Not in the table: ppo_gym_pusher (Pusher-v5 reports no success); residual_act_pickplace (its base is a LeRobot
-# directory exported from bc_act_pickplace, a step no benchmark runs); bc_* and sft_* (prerequisites, trained here).
+# Not in the table: the configs of NOT_CARDS, and bc_* and sft_* (prerequisites, trained here).
 NOT_CARDS = {"ppo_gym_pusher": "Gymnasium's Pusher-v5 reports no success",
+             "hil_sac_push": "real-world RL in real time on the twin, measured by bench/real_world_rl.py",
+             "hil_sac_franka_reach": "real-world RL on a Franka or franky-sim, in real time",
              "residual_act_pickplace": "its base is a LeRobot ACT directory exported from bc_act_pickplace"}
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_EPISODES = 200  # scripted demos of a state-based BC prerequisite, as bench/flow_rl.py records them

@@ -103,3 +103,16 @@ def test_the_readme_is_short_and_its_links_resolve() -> None:
     targets = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
     missing = [t for t in targets if not t.startswith("http") and not (ROOT / t).exists()]
     assert targets and not missing, missing
+
+
+def test_every_shipped_config_is_a_recipe_card_or_says_why_not() -> None:
+    """bench/recipes.py trains every shipped recipe over seeds: a new config is a card, a prerequisite (bc_*,
+    sft_*) or named with the reason it is not."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import recipes
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    configs = {p.stem for p in (ROOT / "configs").glob("*.yaml") if not p.stem.startswith(("bc_", "sft_"))}
+    assert configs - set(recipes.RECIPES) - set(recipes.NOT_CARDS) == set()
+    assert set(recipes.RECIPES) | set(recipes.NOT_CARDS) <= configs

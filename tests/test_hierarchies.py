@@ -407,7 +407,7 @@ def test_sac_with_crm_learns_every_option_from_every_step(tmp_path):
 def test_per_machine_actors_act_and_learn_only_where_their_machine_runs(tmp_path):
     """policy.actors per_machine: the row's machine picks whose actor acts, only that actor gets gradients
     from the row, and a PPO run trains, saves and evaluates through the CLI; without a hierarchy learned
-    by options the key is refused in one line."""
+    by options, or with a policy kind of one actor, the key is refused in one line."""
     from helpers import ROOT, roborl_in_process
 
     from roborl import sim
@@ -444,3 +444,7 @@ def test_per_machine_actors_act_and_learn_only_where_their_machine_runs(tmp_path
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     with pytest.raises(UserError, match="policy.actors per_machine trains one actor per machine"):
         make_policy(cfg, sim.make("mujoco/Tour", 2, seed=0))
+    flow = roborl_in_process("train", str(ROOT / "configs" / "hrm_tour_options.yaml"), "policy.kind=flow",
+                             f"train.run_dir={tmp_path}", "train.name=flow", "train.progress=false")
+    assert flow.returncode == 2 and "'policy.actors' is not read by policy.kind flow" in flow.stderr, flow.stderr
+    assert not (tmp_path / "flow").exists()
