@@ -1,20 +1,30 @@
-"""Learning-curve PNGs (matplotlib, headless), written beside a run's summary."""
+"""Learning-curve PNGs (matplotlib, headless), written beside a run's summary. pyplot is imported on the first
+plot, not with the runner: it costs every `roborl` process about half a second to start."""
 from __future__ import annotations
 
 import os
 import textwrap
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-import matplotlib
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+
+def pyplot() -> ModuleType:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def plot_curves(path: str | Path, curves: dict[str, list[tuple[float, float]]], title: str,
                 xlabel: str = "env steps", ylabel: str = "eval success") -> None:
     """One line per name from (x, y) points; written to a temporary file and renamed."""
-    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+    fig, ax = pyplot().subplots(figsize=(6, 3.6), dpi=100)
     for name, points in curves.items():
         if points:
             xs, ys = zip(*points)
@@ -32,7 +42,7 @@ def plot_curves(path: str | Path, curves: dict[str, list[tuple[float, float]]], 
 
 def plot_bars(path: str | Path, values: dict[str, float], title: str, ylabel: str) -> None:
     """One horizontal bar per name; written to a temporary file and renamed."""
-    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * len(values)), dpi=100)
+    fig, ax = pyplot().subplots(figsize=(7, 0.5 + 0.45 * len(values)), dpi=100)
     names = list(values)[::-1]
     ax.barh(names, [values[n] for n in names], color="tab:blue")
     ax.set_xlabel(ylabel)
@@ -42,10 +52,10 @@ def plot_bars(path: str | Path, values: dict[str, float], title: str, ylabel: st
     save(fig, path)
 
 
-def save(fig: plt.Figure, path: str | Path) -> None:
+def save(fig: Figure, path: str | Path) -> None:
     """Writes the figure to a temporary file and renames it, so a reader never sees half a PNG."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
     fig.savefig(tmp)
-    plt.close(fig)
+    pyplot().close(fig)
     os.replace(tmp, path)
