@@ -1,14 +1,15 @@
 """Hierarchies of reward machines on Tour (touch red, blue, red, yellow, red, blue), over training seeds: PPO
-learning the hierarchy of tasks/tour.rm with one option per touch machine (configs/hrm_tour_options.yaml), PPO
-on its flat machine with shaping (configs/hrm_tour_flat.yaml) and PPO on the task's sparse reward
-(configs/ppo_tour_sparse.yaml), each with the same env-step budget.
+learning the hierarchy of tasks/tour.rm with one option per touch machine, each machine's option with its own
+actor (configs/hrm_tour_options.yaml) or all options sharing one (`policy.actors=joint`), PPO on its flat machine
+with shaping (configs/hrm_tour_flat.yaml) and PPO on the task's sparse reward (configs/ppo_tour_sparse.yaml),
+each with the same env-step budget.
 
 Prints, per learner, the final deterministic eval success over the seeds (mean with a 95% bootstrap CI, IQM
 from 5 seeds), the seeds that reach 80%, the median env steps and minutes to 80%, and each seed's result.
 Writes `docs/results/hrm.{json,md,png}`.
 
 Usage: python bench/hrm.py [--run-dir runs/hrm] [--seeds 0 1 2] [--steps 1200000] [--jobs 1] [--reuse]
-About 45 minutes on 2 CPU cores with the defaults (nine runs of about 5 minutes, one after the other).
+About an hour on 2 CPU cores with the defaults (twelve runs of 5 to 10 minutes, one after the other).
 """
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from study import first_reaching, mean_curve, seeds_study_parser, train_runs, wr
 from roborl.stats import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
-LEARNERS = {"options (HRM)": "hrm_tour_options", "flat machine": "hrm_tour_flat", "sparse reward": "ppo_tour_sparse"}
+LEARNERS = {"options (HRM), one actor per machine": ("hrm_tour_options", []),
+            "options (HRM), one shared actor": ("hrm_tour_options", ["policy.actors=joint"]),
+            "flat machine": ("hrm_tour_flat", []), "sparse reward": ("ppo_tour_sparse", [])}
 TARGET = 0.8
 
 
@@ -76,7 +79,7 @@ def study(learners: dict[str, tuple[str, list[str]]], args, name: str, title: st
 
 def main() -> None:
     args = seeds_study_parser(__doc__.splitlines()[0], "runs/hrm", 1_200_000).parse_args()
-    study({learner: (config, []) for learner, config in LEARNERS.items()}, args, "hrm",
+    study(LEARNERS, args, "hrm",
           "Hierarchies of reward machines on Tour (six touches, one repeated)",
           "Tour: option learner vs flat machine vs sparse reward (mean over seeds)", f"{args.steps:,} env steps")
 

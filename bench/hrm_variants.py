@@ -1,8 +1,8 @@
 """Option learners on Tour (touch red, blue, red, yellow, red, blue), over training seeds: SAC learning the
 hierarchy of tasks/tour.rm by options with counterfactual experience across options
 (configs/hrm_tour_options_sac.yaml, `sac.crm: true`) and without it (`sac.crm=false`), each with the same
-env-step budget; and PPO's option learner with one actor per machine (configs/hrm_tour_options.yaml,
-`policy.actors=per_machine`) at PPO's budget, to set beside the shared network's row of bench/hrm.py.
+env-step budget; and PPO's option learner with one actor per machine (configs/hrm_tour_options.yaml, whose
+default `policy.actors: per_machine` the override spells out) at PPO's budget.
 
 Prints, per learner, the final deterministic eval success over the seeds (mean with a 95% bootstrap CI, IQM
 from 5 seeds), the seeds that reach 80%, the median env steps and minutes to 80%, and each seed's result.

@@ -57,7 +57,7 @@ RECIPES: dict[str, Recipe] = {
     "rm_sequence": Recipe(5, 0.90, 20),  # docs/results/reward_machines.md: 1.000, >= 90% after 704k steps (1.5 min)
     "ppo_sequence_sparse": Recipe(5, 0.90, 20),  # rm_sequence's bar; reward_machines.md: 0.000 in 2M steps, so the
     #                                              card shows how many seeds learn the sparse task at all
-    "hrm_tour_options": Recipe(5, 0.80, 10),  # docs/results/hrm.md: 0.99 [0.98, 1.00], 3/3 seeds >= 80% (576k steps)
+    "hrm_tour_options": Recipe(5, 0.80, 10),  # docs/results/hrm.md: 1.00 [1.00, 1.00], 3/3 seeds >= 80% (128k steps)
     "hrm_tour_options_sac": Recipe(5, 0.80, 15),  # docs/results/hrm_variants.md: 0.97 [0.95, 1.00], 3/3 seeds >= 80%
     #                                               (80k of its 150k steps)
     "hrm_tour_flat": Recipe(5, 0.80, 10),  # hrm.md: 0.94 [0.91, 0.97], 3/3 seeds >= 80% (832k steps)

@@ -31,7 +31,7 @@ def plot_curves(path: str | Path, curves: dict[str, list[tuple[float, float]]], 
             ax.plot(xs, ys, marker="o", markersize=3, label=name)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    ax.set_title(textwrap.fill(title, 60), fontsize=10)
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     if len(curves) > 1:
