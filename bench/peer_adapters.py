@@ -57,7 +57,7 @@ class RslRlAdapter:
     over one of our VecEnvs: the `state` observation is the `policy` group, time-outs go in
     `extras["time_outs"]` (rsl_rl bootstraps them), and finished episodes' success in `extras["log"]`."""
 
-    def __init__(self, env: VecEnv) -> None:
+    def __init__(self, env: VecEnv, seed: int = 0) -> None:
         from rsl_rl.env import VecEnv as RslVecEnv
 
         RslVecEnv.register(type(self))
@@ -66,7 +66,7 @@ class RslRlAdapter:
         self.max_episode_length = env.max_episode_steps
         self.episode_length_buf = torch.zeros(env.num_envs, dtype=torch.long)
         self.device, self.cfg = env.device, {}
-        self._obs = self._group(env.reset(seed=0))
+        self._obs = self._group(env.reset(seed=seed))
 
     def _group(self, obs: dict):
         from tensordict import TensorDict
