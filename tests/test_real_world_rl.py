@@ -99,7 +99,13 @@ def test_actor_and_learner_survive_each_others_kills(twin, tmp_path):
         learner.wait()
         held = Checkpoint(last).trainer_state["collector"]
         learner = spawn("-m", "roborl.cli", "train", str(config), f"train.resume={last}")
-        out, err = learner.communicate(timeout=180)
+        try:
+            out, err = learner.communicate(timeout=180)
+        except subprocess.TimeoutExpired:  # say what both sides were doing, not only that time ran out
+            learner.kill()
+            actor.kill()
+            pytest.fail(f"the resumed learner did not finish in 180 s (it holds {absorbed(last)} transitions)\n"
+                        f"learner:\n{learner.communicate()[1][-3000:]}\nactor:\n{actor.communicate()[1][-3000:]}")
         assert learner.returncode == 0, err[-2000:]
         actor_out, actor_err = actor.communicate(timeout=60)
         assert actor.returncode == 0, actor_err[-2000:]
