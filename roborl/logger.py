@@ -39,8 +39,8 @@ def after_existing_event_files(tb: Path) -> None:
     then the host and the process id. A resumed writer made in the same second as its killed predecessor's could
     be read first; the predecessor's purge step would then drop the resumed run's points. A file stamped more
     than two seconds ahead (a run copied from a machine with another clock) is left as it is."""
-    stamps = [int(p.name.split(".")[3]) for p in tb.glob("events.out.tfevents.*") if p.name.split(".")[3].isdigit()]
-    wait = max(stamps, default=0) + 1 - time.time()
+    stamps = [p.name.split(".")[3] for p in tb.glob("events.out.tfevents.*")]
+    wait = max((int(s) for s in stamps if s.isdigit()), default=0) + 1 - time.time()
     if 0 < wait <= 3:
         time.sleep(wait)
 

@@ -19,6 +19,7 @@ import torch
 
 from roborl.rm.compiled import CompiledRM
 from roborl.rm.machine import RewardMachine
+from roborl.sim.batch import concat
 from roborl.sim.errors import SimError
 from roborl.sim.vec_env import Obs, VecEnv
 from roborl.sim.wrapper import VecEnvWrapper
@@ -111,7 +112,7 @@ class RewardMachineEnv(VecEnvWrapper):
         us = (~self.machine.terminal).nonzero().flatten()
         n = state.shape[0]
         u = us.repeat_interleave(n)
-        rep = lambda x: x.repeat(len(us), *([1] * (x.dim() - 1))) if x is not None else None  # noqa: E731
+        rep = lambda x: concat([x] * len(us))  # noqa: E731
         nxt, rm_reward = self.machine.step(u, rep(labels), rep(terms))
         onehot = lambda v: torch.nn.functional.one_hot(v, U).to(state.dtype)  # noqa: E731
         reward = rm_reward if self.reward_mode == "replace" else rep(env_reward) + rm_reward

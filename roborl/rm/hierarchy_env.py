@@ -19,6 +19,7 @@ import torch
 
 from roborl.rm.env import REWARD_MODES, add_termination_hook, state_space_plus
 from roborl.rm.hierarchy import CompiledHierarchy, Hierarchy
+from roborl.sim.batch import concat
 from roborl.sim.errors import SimError
 from roborl.sim.vec_env import Obs, VecEnv
 from roborl.sim.wrapper import VecEnvWrapper
@@ -51,7 +52,6 @@ class Options:
         after the step, the same where it ended), `own` (its machine's own reward) and `ended` (a machine
         returned, the root accepted or the hierarchy failed), as a real stack would step them."""
         R, n, D = len(self.runnable), labels.shape[0], self.machine.max_depth
-        rep = lambda x: x.repeat(R, *([1] * (x.dim() - 1))) if x is not None else None  # noqa: E731
         stack = self.machine.reset(R * n)
         for key in ("machine", "state"):  # level 0 stands for the callers; the option runs at level 1
             stack[key] = torch.cat([stack[key], stack[key][:, :1]], 1)
@@ -59,7 +59,7 @@ class Options:
         stack["machine"][:, 1] = self.runnable_machine.repeat_interleave(n)
         stack["state"][:, 1] = self.runnable_state.repeat_interleave(n)
         stack["depth"][:] = 1
-        after = self.machine.step(stack, rep(labels), rep(terms))[0]
+        after = self.machine.step(stack, concat([labels] * R), concat([terms] * R))[0]
         top_machine, top_state = self.machine.top(after)
         # as `step` ends an option: a machine returned (here: some return, or the option's machine accepted at
         # level 1, the root's acceptance), or the hierarchy failed
@@ -96,12 +96,8 @@ class HierarchyEnv(VecEnvWrapper):
         self._pending = self.machine.step(self.stack, labels.to(self.device), terms)[0]
         return self.machine.accepts(self._pending) | self._pending["failed"]
 
-    def option(self, stack: dict) -> torch.Tensor:
-        """The option index of each env: its innermost machine and that machine's state."""
-        return self.options.of(stack)
-
     def with_option(self, obs: Obs, stack: dict) -> Obs:
-        option = self.option(stack)
+        option = self.options.of(stack)
         onehot = torch.nn.functional.one_hot(option, self.num_options).to(obs["state"].dtype)
         return {**obs, "state": torch.cat([obs["state"], onehot], -1), "rm_state": option}
 
@@ -135,8 +131,7 @@ class HierarchyEnv(VecEnvWrapper):
         """One env transition (`state`, `next_state` without the one-hot; N rows) as seen from every option that
         can run (`Options.step_each`), each paid and ended as `step` pays and ends it. Returns (states,
         next_states, rewards, terminated), R·N rows ordered by option then env."""
-        R = len(self.options.runnable)
-        rep = lambda x: x.repeat(R, *([1] * (x.dim() - 1)))  # noqa: E731
+        rep = lambda x: concat([x] * len(self.options.runnable))  # noqa: E731
         each = self.options.step_each(labels.to(self.device), terms.to(self.device) if terms is not None else None)
         own = each["own"].to(env_reward.dtype)
         reward = own if self.reward_mode == "replace" else rep(env_reward) + own
