@@ -14,8 +14,10 @@ from roborl import (
 from roborl.config import Config, EnvConfig, PolicyConfig, ResidualConfig, config_from_dict
 from roborl.errors import UserError
 from roborl.imports import import_factory
+from roborl.policies.call_chooser import CallChooser
 from roborl.policies.lerobot.configuration import LeRobotSpec
 from roborl.rm import Hierarchy, HierarchyEnv, RewardMachineEnv, flatten, load_hierarchy
+from roborl.rm.call_learning import CallLearner
 from roborl.shields import ShieldChain, ShieldEnv
 from roborl.shields.specs import build_shields
 from roborl.sim.base_action import BaseActionEnv
@@ -450,5 +452,34 @@ def build(cfg: Config, device: torch.device, env: sim.VecEnv | None = None) -> t
 
 def make_run_policy(cfg: Config, env: sim.VecEnv) -> nn.Module:
     """A new policy of the run's config for `env` (the learner's, and each Ray env worker's copy)."""
-    return make_policy(cfg.policy, env, cfg.env.action_chunk, cfg.residual, state_std=cfg.train.algorithm == "sac",
-                       cost_critic=cfg.algo.cost_limit is not None)
+    policy = make_policy(cfg.policy, env, cfg.env.action_chunk, cfg.residual, state_std=cfg.train.algorithm == "sac",
+                         cost_critic=cfg.algo.cost_limit is not None)
+    hierarchy = find_wrapper(env, HierarchyEnv)
+    if hierarchy is not None and hierarchy.calls.count:
+        rm = cfg.env.rm
+        policy.call_chooser = CallChooser(env.observation_space["state"].shape[0], hierarchy.calls.count,
+                                          epsilon=rm.choice_epsilon)
+        hierarchy.use_chooser(policy.call_chooser, CallLearner(policy.call_chooser, env.num_envs, rm.choice_gamma,
+                                                               rm.choice_lr))
+    return policy
+
+
+def refuse_spread_choices(cfg: Config) -> None:
+    """The calls of a hierarchy's choice states are learned in the one process that steps the envs."""
+    rm, r = cfg.env.rm, cfg.resources
+    if rm.learner != "options" or not rm.machine or not (r.env_workers or r.learners > 1):
+        return
+    try:
+        machine = load_hierarchy(rm.machine)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    if isinstance(machine, Hierarchy) and machine.choices:
+        raise UserError(f"{rm.machine} has choice states, whose calls are learned in the process that steps the "
+                        "envs: leave resources.env_workers at 0 and resources.learners at 1")
+
+
+def use_call_chooser(env: sim.VecEnv, policy: nn.Module) -> None:
+    """Another env (evaluation) chooses the calls of its hierarchy's choice states with the policy's chooser."""
+    hierarchy = find_wrapper(env, HierarchyEnv)
+    if hierarchy is not None and hasattr(policy, "call_chooser"):
+        hierarchy.use_chooser(policy.call_chooser)

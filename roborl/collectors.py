@@ -9,7 +9,7 @@ import torch
 
 from roborl.algos import algorithm_class
 from roborl.algos.base import Algorithm
-from roborl.builder import make_run_env
+from roborl.builder import make_run_env, refuse_spread_choices
 from roborl.collect import EpisodeLog
 from roborl.collector import Collector
 from roborl.config import Config
@@ -30,6 +30,7 @@ def make_collector(cfg: Config, device: torch.device) -> Collector:
     """A robot's actor where `resources.actor` is robot, Ray env workers where `resources.env_workers` > 0,
     else this process's `env.num_envs` envs; for an algorithm that steps no envs (BC), the evaluation envs."""
     t = cfg.train
+    refuse_spread_choices(cfg)
     if not algorithm_class(t.algorithm).steps_envs:
         evaluation = dataclasses.replace(cfg, env=cfg.env.for_evaluation())
         return LocalCollector(make_run_env(evaluation, min(t.eval_envs, t.eval_episodes), t.seed + 1, device))

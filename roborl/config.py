@@ -37,6 +37,11 @@ class RMConfig:
     # how a hierarchy of machines is learned: flat (one policy on its flat machine) | options (one option per
     # callable machine, each trained on its own reward and ended at its return; roborl/rm/hierarchy_env.py)
     learner: str = param("flat", choices=("flat", "options"))
+    # options learner, a hierarchy's choice states (several calls): calls are chosen by a Q-network learned by SMDP
+    # Q-learning (roborl/rm/call_learning.py); this share of them at random in training
+    choice_epsilon: float = param(0.1, ge=0, le=1)
+    choice_gamma: float = param(0.97, gt=0, le=1)  # the call learner's discount per env step
+    choice_lr: float = param(1.0e-3, gt=0)  # the call learner's learning rate (Adam)
 
 
 @dataclass

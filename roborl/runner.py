@@ -21,7 +21,7 @@ import yaml
 
 from roborl.algos import make_algorithm
 from roborl.algos.base import Comm
-from roborl.builder import build, load_pretrained, make_run_env, resolve_device
+from roborl.builder import build, load_pretrained, make_run_env, resolve_device, use_call_chooser
 from roborl.checkpoint import Checkpoint, save_checkpoint
 from roborl.collect import EpisodeLog
 from roborl.collectors import make_collector
@@ -162,6 +162,7 @@ class Runner:
             self.eval_env = self.env if self.env.unwrapped.one_per_process or not self.algo.steps_envs else \
                 make_run_env(dataclasses.replace(self.cfg, env=self.cfg.env.for_evaluation()),
                              min(t.eval_envs, t.eval_episodes), t.seed + 1, self.device)
+            use_call_chooser(self.eval_env, self.policy)
         video = None
         if self.records_video:
             (self.run_dir / "videos").mkdir(exist_ok=True)

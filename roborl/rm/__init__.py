@@ -1,6 +1,7 @@
 """Reward machines: automata over task labels that pay rewards (see `machine.py`), their tensor form
 (`compiled.py`), LTLf compilation (`ltlf.py`), hierarchies of machines (`hierarchy.py`) and the env
-wrappers (`env.py`: a flat machine; `hierarchy_env.py`: a hierarchy for the option learner)."""
+wrappers (`env.py`: a flat machine; `hierarchy_env.py`: a hierarchy for the option learner, whose choices among
+calls `call_learning.py` learns)."""
 from __future__ import annotations
 
 import re

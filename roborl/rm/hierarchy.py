@@ -4,8 +4,12 @@ A `Hierarchy` is a set of named machines and its root. A call edge `(u, u', call
 machine K is taken, as a plain edge is, when its context holds for the step's labels (at most one edge of a
 state may hold, call or not). The run then goes on in M's initial state, which reads the same labels (a call
 takes no step of its own), and once M reaches an accepting state it returns to K in u', which pays the call
-edge's reward. A machine that fails fails the whole hierarchy; the hierarchy accepts when the root accepts. A
-step pays the rewards of every edge it takes, at every level. An edge may pay one of the task's reward terms
+edge's reward. A state with several call edges (and no other edge) is a choice, as in the HRM paper: it
+waits, paying nothing, until the labels start one of its callees (the callee, entered on these labels, would
+leave its initial state, or call a machine that starts), and then takes that call; two callees that start on
+the same labels are refused. Which call to pursue while a choice waits is the option learner's to learn
+(roborl/rm/hierarchy_env.py). A machine that fails fails the whole hierarchy; the hierarchy accepts when the
+root accepts. A step pays the rewards of every edge it takes, at every level. An edge may pay one of the task's reward terms
 (`approach_a`: dense progress while a machine waits) unless it completes a call, whose return adds the caller's
 number. What the innermost machine's own edge pays in a step is that machine's reward (`own`): the option
 learner (roborl/rm/hierarchy_env.py) trains each callable machine's option on it. Calls nest but never recurse,
@@ -29,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from roborl.rm.formula import evaluate
 from roborl.rm.machine import Edge, Reward, RewardMachine
 
 Frame = tuple[str, str, float]  # (machine, state, reward its call edge pays on return); the innermost pays 0
@@ -60,6 +65,16 @@ class Hierarchy:
                     raise ValueError(f"hierarchy: machine '{name}' pays the reward term '{e.reward}' on an edge that "
                                      "calls or returns; those pay numbers (a term can be paid while a machine waits)")
         self.depth = self._depth(self.root, ())
+        self.choices: dict[tuple[str, str], list[Edge]] = {}  # (machine, state) of each choice: its call edges
+        for name, machine in self.machines.items():
+            for state in machine.states:
+                edges = [e for e in machine.edges if e.src == state]
+                calls = [e for e in edges if e.call is not None]
+                if len(calls) > 1 and len(calls) < len(edges):
+                    raise ValueError(f"hierarchy: state '{state}' of machine '{name}' calls several machines (a "
+                                     "choice) and has plain edges too; a choice state has call edges only")
+                if len(calls) > 1:
+                    self.choices[(name, state)] = calls
 
     def _depth(self, name: str, path: tuple[str, ...]) -> int:
         """Levels of calls below `name` (1: calls nothing); refuses recursion."""
@@ -67,6 +82,28 @@ class Hierarchy:
             raise ValueError(f"hierarchy: machines call themselves ({' -> '.join((*path, name))}); calls may not recurse")
         callees = self.machines[name].calls
         return 1 + max((self._depth(c, (*path, name)) for c in callees), default=0)
+
+    def edge_taken(self, name: str, state: str, true_labels: set[str]) -> Edge | None:
+        """The edge that `state` of machine `name` takes on these labels (None: it stays). A choice takes the
+        call whose context holds and whose callee starts on them."""
+        calls = self.choices.get((name, state))
+        if calls is None:
+            return self.machines[name].edge_taken(state, true_labels)
+        starting = [e for e in calls if evaluate(e.tree, true_labels) and self.starts(e.call, true_labels)]
+        if len(starting) > 1:
+            raise ValueError(f"hierarchy is not deterministic: the choice '{state}' of machine '{name}' could call "
+                             f"{' and '.join(e.call for e in starting)} on labels {sorted(true_labels)}, which start "
+                             "both; give the calls contexts that exclude each other there")
+        return starting[0] if starting else None
+
+    def starts(self, name: str, true_labels: set[str]) -> bool:
+        """Whether machine `name`, called on these labels, moves: its initial state takes an edge to another
+        state, or a call whose callee starts."""
+        initial = self.machines[name].initial
+        edge = self.edge_taken(name, initial, true_labels)
+        if edge is None:
+            return False
+        return self.starts(edge.call, true_labels) if edge.call is not None else edge.dst != initial
 
     @property
     def labels(self) -> set[str]:
@@ -99,7 +136,7 @@ class Hierarchy:
         while True:
             name, state, _ = stack[-1]
             machine = self.machines[name]
-            edge = machine.edge_taken(state, true_labels)
+            edge = self.edge_taken(name, state, true_labels)
             if edge is None:
                 return tuple(stack), 0.0, 0.0, False
             if edge.call is not None:  # the callee reads the same labels
@@ -225,7 +262,7 @@ class CompiledHierarchy:
                 self.accepting[k, index[s]] = s in m.accepting
                 self.failing[k, index[s]] = s in m.failing
                 for code in range(C):
-                    edge = m.edge_taken(s, {n for bit, n in enumerate(label_names) if code >> bit & 1})
+                    edge = h.edge_taken(name, s, {n for bit, n in enumerate(label_names) if code >> bit & 1})
                     self.next_state[k, index[s], code] = index[edge.dst] if edge else index[s]
                     if edge is not None and isinstance(edge.reward, str):
                         self.term[k, index[s], code] = term_names.index(edge.reward)

@@ -6,9 +6,12 @@ times (touch A, then B, then A again) is one option, learned once. Here the opti
 observation's `state` gets the one-hot of the innermost machine and its state (not the whole call stack,
 which is what the flat learner sees through `flatten`), the reward is what that machine's own edges pay
 (`CompiledHierarchy`'s `own`, reward terms included), and `info["option_end"]` marks the steps where a
-call returned, which PPO and SAC treat as the end of a return (no bootstrap across it; the env goes on). The
-root's calls are fixed by their contexts here (a state calls at most one machine for given labels), so there is
-no choice among calls to learn.
+call returned, which PPO and SAC treat as the end of a return (no bootstrap across it; the env goes on).
+
+Where a stack rests in a choice state (several calls, roborl/rm/hierarchy.py), a call is chosen per env by the
+policy's `CallChooser` (learned by SMDP Q-learning, roborl/rm/call_learning.py; uniformly at random where no
+chooser is attached) and pursued until the stack moves on: the row acts as the chosen callee's first option
+(its one-hot, its own reward as if it had been called), and that option ends where another callee starts.
 
 `counterfactuals` gives off-policy learners (SAC with `sac.crm`) each env transition as seen from every option
 that can run, as CRM does for a flat machine: a touch machine learns from every step, whichever option acted.
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from roborl.policies.call_chooser import CallChooser
+from roborl.rm.call_learning import CallLearner
 from roborl.rm.env import REWARD_MODES, add_termination_hook, state_space_plus
 from roborl.rm.hierarchy import CompiledHierarchy, Hierarchy
 from roborl.sim.batch import concat
@@ -37,9 +42,17 @@ class Options:
         machine_of = torch.repeat_interleave(torch.arange(len(sizes)), sizes).to(device)
         self.machine_of = machine_of.tolist()  # the machine of each option
         state_of = torch.arange(self.count, device=device) - self.offsets[machine_of]
-        runs = ~(machine.accepting[machine_of, state_of] | machine.failing[machine_of, state_of])
-        self.runnable = runs.nonzero().flatten()  # the options that can act: neither accepting nor failing
+        self.machine_of_option, self.state_of_option = machine_of, state_of
+        choice = torch.zeros(self.count, dtype=torch.bool, device=device)
+        for name, state in h.choices:
+            choice[self.index(name, state)] = True
+        runs = ~(machine.accepting[machine_of, state_of] | machine.failing[machine_of, state_of] | choice)
+        self.runnable = runs.nonzero().flatten()  # the options that act: neither accepting, failing nor a choice
         self.runnable_machine, self.runnable_state = machine_of[self.runnable], state_of[self.runnable]
+
+    def index(self, machine: str, state: str) -> int:
+        """The option of a machine's state."""
+        return self.names.index(f"{machine}.{state}")
 
     def of(self, stack: dict) -> torch.Tensor:
         """The option of each stack: its innermost machine and that machine's state."""
@@ -51,23 +64,45 @@ class Options:
         whose callers do not matter: R·N rows ordered by option then row, with `option`, `next` (the option
         after the step, the same where it ended), `own` (its machine's own reward) and `ended` (a machine
         returned, the root accepted or the hierarchy failed), as a real stack would step them."""
-        R, n, D = len(self.runnable), labels.shape[0], self.machine.max_depth
-        stack = self.machine.reset(R * n)
+        R, n = len(self.runnable), labels.shape[0]
+        return self.step_as(self.runnable.repeat_interleave(n), concat([labels] * R), concat([terms] * R))
+
+    def step_as(self, option: torch.Tensor, labels: torch.Tensor, terms: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Each row's `option` stepped on its labels as the innermost machine of a call stack whose callers do
+        not matter (`step_each`'s keys)."""
+        n, D = len(option), self.machine.max_depth
+        stack = self.machine.reset(n)
         for key in ("machine", "state"):  # level 0 stands for the callers; the option runs at level 1
             stack[key] = torch.cat([stack[key], stack[key][:, :1]], 1)
-        stack["paid"] = torch.zeros(R * n, D + 1, device=stack["paid"].device)
-        stack["machine"][:, 1] = self.runnable_machine.repeat_interleave(n)
-        stack["state"][:, 1] = self.runnable_state.repeat_interleave(n)
+        stack["paid"] = torch.zeros(n, D + 1, device=stack["paid"].device)
+        stack["machine"][:, 1] = self.machine_of_option[option]
+        stack["state"][:, 1] = self.state_of_option[option]
         stack["depth"][:] = 1
-        after = self.machine.step(stack, concat([labels] * R), concat([terms] * R))[0]
+        after = self.machine.step(stack, labels, terms)[0]
         top_machine, top_state = self.machine.top(after)
         # as `step` ends an option: a machine returned (here: some return, or the option's machine accepted at
         # level 1, the root's acceptance), or the hierarchy failed
         at_level_1 = (after["depth"] == 1) & self.machine.accepting[top_machine, top_state]
         ended = after["returned"] | (after["depth"] == 0) | at_level_1 | after["failed"]
-        option = self.runnable.repeat_interleave(n)
         return {"option": option, "next": torch.where(ended, option, self.offsets[top_machine] + top_state),
                 "own": after["own"], "ended": ended}
+
+
+class Calls:
+    """The calls of a hierarchy's choice states, numbered: per call, the option of its choice state (`at`) and
+    the option its callee starts in (`starts`); per option, which calls it may choose among (`mask`)."""
+
+    def __init__(self, options: Options) -> None:
+        h, device = options.machine.h, options.machine.device
+        edges = [(name, state, e.call) for (name, state), calls in h.choices.items() for e in calls]
+        self.count = len(edges)
+        self.names = [f"{name}.{state} -> {callee}" for name, state, callee in edges]
+        self.at = torch.tensor([options.index(n, s) for n, s, _ in edges], dtype=torch.long, device=device)
+        self.starts = torch.tensor([options.index(c, h.machines[c].initial) for *_, c in edges], dtype=torch.long,
+                                   device=device)
+        self.mask = torch.zeros(options.count, self.count, dtype=torch.bool, device=device)
+        self.mask[self.at, torch.arange(self.count, device=device)] = True
+        self.is_choice = self.mask.any(-1)
 
 
 class HierarchyEnv(VecEnvWrapper):
@@ -81,30 +116,76 @@ class HierarchyEnv(VecEnvWrapper):
             raise SimError(str(exc)) from exc
         self.reward_mode = reward_mode
         self.options = Options(self.machine)
+        self.calls = Calls(self.options)
         self.num_options, self.option_names = self.options.count, self.options.names
         self.machine_columns = self.num_options  # the one-hot's width at the end of `state`
         self.observation_space = state_space_plus(env, self.num_options)
         self.stack = self.machine.reset(env.num_envs)
+        self.chosen = torch.full((env.num_envs,), -1, dtype=torch.long, device=env.device)  # per env: its call
+        self.chooser: CallChooser | None = None
+        self.call_learner: CallLearner | None = None
         self._pending: dict | None = None
         add_termination_hook(env, self._advance, "where the hierarchy accepts or fails")
+
+    def use_chooser(self, chooser: CallChooser, learner: CallLearner | None = None) -> None:
+        """The policy's chooser of calls (and, in the training env, its learner)."""
+        self.chooser, self.call_learner = chooser, learner
 
     def _advance(self, labels: torch.Tensor, terms: torch.Tensor | None) -> torch.Tensor:
         if self._pending is not None:
             raise SimError("the hierarchy must wrap the simulator inside action chunking (one simulator step per "
                            "machine step)")
+        labels = labels.to(self.device)
         terms = terms.to(self.device) if terms is not None else None
-        self._pending = self.machine.step(self.stack, labels.to(self.device), terms)[0]
+        self._pending, self._reward = self.machine.step(self.stack, labels, terms)
+        self._pursued = None
+        if self.calls.count:  # rows waiting in a choice: the chosen call's option, stepped as if called
+            waiting = self.chosen >= 0
+            if waiting.any():
+                rows = waiting.nonzero().flatten()
+                chosen = self.options.step_as(self.calls.starts[self.chosen[rows]], labels[rows],
+                                              terms[rows] if terms is not None else None)
+                self._pursued = (rows, chosen)
         return self.machine.accepts(self._pending) | self._pending["failed"]
 
-    def with_option(self, obs: Obs, stack: dict) -> Obs:
+    def acting_option(self, stack: dict) -> torch.Tensor:
+        """The option of each row: its innermost machine and state, or the chosen callee's where it waits in a
+        choice."""
         option = self.options.of(stack)
+        if self.calls.count:
+            option = torch.where(self.chosen >= 0, self.calls.starts[self.chosen.clamp(min=0)], option)
+        return option
+
+    def with_option(self, obs: Obs, option: torch.Tensor) -> Obs:
         onehot = torch.nn.functional.one_hot(option, self.num_options).to(obs["state"].dtype)
         return {**obs, "state": torch.cat([obs["state"], onehot], -1), "rm_state": option}
+
+    def choose(self, obs: Obs) -> None:
+        """A call for every env whose stack rests in a choice state and has none."""
+        option = self.options.of(self.stack)
+        need = self.calls.is_choice[option] & (self.chosen < 0) & ~self.stack["failed"]
+        if not need.any():
+            return
+        rows = need.nonzero().flatten()
+        x = self.with_option({"state": obs["state"][rows]}, option[rows])["state"]
+        mask = self.calls.mask[option[rows]]
+        if self.chooser is None:
+            call = torch.multinomial(mask.float(), 1).squeeze(-1)
+        else:
+            call = self.chooser.choose(x.to(next(self.chooser.parameters()).device), mask.to(x.device)).to(self.device)
+            if self.call_learner is not None and self.chooser.training:
+                self.call_learner.decide(rows, x, mask, call)
+        self.chosen[rows] = call
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> Obs:
         obs = self.env.reset(seed=seed, options=options)
         self.stack = self.machine.reset(self.num_envs)
-        return self.with_option(obs, self.stack)
+        if self.calls.count:
+            self.chosen[:] = -1
+            if self.call_learner is not None:
+                self.call_learner.drop_all()
+            self.choose(obs)
+        return self.with_option(obs, self.acting_option(self.stack))
 
     def step(self, action: torch.Tensor) -> tuple[Obs, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         self._pending = None
@@ -112,18 +193,33 @@ class HierarchyEnv(VecEnvWrapper):
         if self._pending is None:
             raise SimError("the hierarchy was not stepped: wrap the simulator directly (inside chunking)")
         stack = self._pending
-        own = stack["own"].to(env_reward.dtype)
-        reward = own if self.reward_mode == "replace" else env_reward + own
+        own = stack["own"].to(env_reward.dtype, copy=True)  # the stack keeps the real innermost machine's
         accepted = self.machine.accepts(stack)
+        option_end = stack["returned"] | accepted | stack["failed"]
+        if self._pursued is not None:  # the chosen option's own reward; it ends where another callee started
+            rows, chosen = self._pursued
+            own[rows] = chosen["own"].to(own.dtype)
+            now = self.options.of(stack)[rows]
+            moved_on = now != self.options.of(self.stack)[rows]
+            option_end[rows] |= chosen["ended"] | (moved_on & (now != chosen["next"]))
+            self.chosen[rows[moved_on]] = -1
+        reward = own if self.reward_mode == "replace" else env_reward + own
         info["env_reward"], info["rm_reward"] = env_reward, own
         info["rm_state"], info["rm_accepted"] = stack["state"][:, 0], accepted  # the root's state: how far it got
-        info["option_end"] = stack["returned"] | accepted | stack["failed"]
-        if "final_obs" in info:
-            info["final_obs"] = self.with_option(info["final_obs"], stack)
+        info["option_end"] = option_end
         done = term | trunc
+        if "final_obs" in info:
+            info["final_obs"] = self.with_option(info["final_obs"], self.acting_option(stack))
+        if self.call_learner is not None and self.chooser is not None and self.chooser.training:
+            self.call_learner.pay(self._reward - stack["own"], term, trunc)  # what call edges paid on return
         fresh = self.machine.reset(self.num_envs)
         self.stack = {k: torch.where(done.view(-1, *[1] * (v.dim() - 1)), fresh[k], v) for k, v in stack.items()}
-        return self.with_option(obs, self.stack), reward, term, trunc, info
+        if self.calls.count:
+            self.chosen[done] = -1
+            self.choose(obs)
+            if self.call_learner is not None and self.chooser is not None and self.chooser.training:
+                self.call_learner.update()
+        return self.with_option(obs, self.acting_option(self.stack)), reward, term, trunc, info
 
     def counterfactuals(self, state: torch.Tensor, next_state: torch.Tensor, labels: torch.Tensor,
                         env_reward: torch.Tensor, env_terminated: torch.Tensor,
