@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import statistics
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from study import RESULTS, first_reaching, pretraining_stage, record_vla_demos, run_once, run_stage, write_results
+from study import RESULTS, first_reaching, median_to, pretraining_stage, record_vla_demos, run_once, run_stage, write_results
 
 from roborl.config import Config, load_config
 from roborl.demos import demos_file, record_demos
@@ -58,6 +57,7 @@ RECIPES: dict[str, Recipe] = {
     "ppo_sequence_sparse": Recipe(5, 0.90, 20),  # rm_sequence's bar; reward_machines.md: 0.000 in 2M steps, so the
     #                                              card shows how many seeds learn the sparse task at all
     "hrm_tour_options": Recipe(5, 0.80, 10),  # docs/results/hrm.md: 1.00 [1.00, 1.00], 3/3 seeds >= 80% (128k steps)
+    "hrm_errands_options": Recipe(5, 0.80, 10),  # docs/results/hrm_choice.md: 3/3 seeds >= 80% (128k steps)
     "hrm_tour_options_sac": Recipe(5, 0.80, 15),  # docs/results/hrm_variants.md: 0.97 [0.95, 1.00], 3/3 seeds >= 80%
     #                                               (80k of its 150k steps)
     "hrm_tour_flat": Recipe(5, 0.80, 10),  # hrm.md: 0.94 [0.91, 0.97], 3/3 seeds >= 80% (832k steps)
@@ -169,13 +169,6 @@ def train_seeds(config: str, seeds: list[int], minutes: float, start: list[str],
 
     with ThreadPoolExecutor(jobs) as pool:
         return list(pool.map(one, seeds))
-
-
-def median_to(reached: list[tuple[float, float] | None], index: int) -> float | None:
-    """Median over all seeds of the steps (index 0) or seconds (1) to the threshold, a seed that never reached it
-    counting as never; None when the median seed never reached it."""
-    value = statistics.median([r[index] if r else float("inf") for r in reached])
-    return None if value == float("inf") else value
 
 
 def card(config: str, recipe: Recipe, seeds: list[int], summaries: list[dict]) -> dict:
