@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from study import first_reaching, mean_curve, seeds_study_parser, train_runs, write_results
+from study import first_reaching, mean_curve, median_to, seeds_study_parser, train_runs, write_results
 
 from roborl.stats import summarize
 
@@ -31,13 +31,11 @@ def row(learner: str, config: str, seeds: list[int], summaries: list[dict]) -> d
     """One learner's results over its seeds; `config` as the command line gives it."""
     finals = [s["success_rate"] for s in summaries]
     reached = [first_reaching(s["eval_history"], TARGET) for s in summaries]
-    never = float("inf")
-    steps = statistics.median([r[0] if r else never for r in reached])
-    minutes = statistics.median([r[1] / 60 if r else never for r in reached])
+    seconds = median_to(reached, 1)
     return {"learner": learner, "config": config, "seeds": seeds, **summarize([finals]),
             "final_success": finals, "reached": sum(r is not None for r in reached),
-            "median_env_steps_to_target": None if steps == never else steps,
-            "median_minutes_to_target": None if minutes == never else minutes,
+            "median_env_steps_to_target": median_to(reached, 0),
+            "median_minutes_to_target": None if seconds is None else seconds / 60,
             "env_steps": [s["env_steps"] for s in summaries], "minutes": [s["wall_time_s"] / 60 for s in summaries],
             "eval_history": [s["eval_history"] for s in summaries]}
 

@@ -8,7 +8,7 @@ observation normalization). Both are evaluated alike at the same env steps: our 
 
 Prints, per learner, the deterministic eval success over the seeds at a few env-step marks (mean with a 95%
 bootstrap CI), the final success, the seeds and median env steps to 80%, and minutes per run. Writes
-`docs/results/peer_curves.{json,md,png}`.
+`docs/results/peer_curves.{json,md,png}` (with another config, `peer_curves_<config>.*`).
 
 Usage: python bench/peer_curves.py [--config configs/ppo_reach.yaml] [--seeds 0 1 2] [--steps N] [--reuse]
        [--run-dir runs/peer_curves]
@@ -21,14 +21,13 @@ import contextlib
 import dataclasses
 import io
 import json
-import statistics
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from peer_adapters import RslRlAdapter, rsl_rl_train_cfg
-from study import first_reaching, mean_curve, train_runs, write_results
+from study import first_reaching, mean_curve, median_to, train_runs, write_results
 
 from roborl.builder import make_run_env
 from roborl.config import load_config
@@ -39,6 +38,7 @@ from roborl.stats import summarize
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.8
 EVAL_EVERY = 4  # iterations between evaluations, on both sides
+DEFAULT_CONFIG = "configs/ppo_reach.yaml"  # its page is peer_curves.md
 
 
 class MeanActor(torch.nn.Module):
@@ -106,11 +106,9 @@ def at(history: list[list[float]], steps: int) -> float:
 
 def row(learner: str, summaries: list[dict], marks: list[int]) -> dict:
     reached = [first_reaching(s["eval_history"], TARGET) for s in summaries]
-    steps = [r[0] if r else float("inf") for r in reached]
-    median = statistics.median(steps)
     return {"learner": learner, **summarize([[s["success_rate"] for s in summaries]]),
             "final_success": [s["success_rate"] for s in summaries], "reached": sum(r is not None for r in reached),
-            "median_env_steps_to_target": None if median == float("inf") else median,
+            "median_env_steps_to_target": median_to(reached, 0),
             "at": {str(m): summarize([[at(s["eval_history"], m) for s in summaries]]) for m in marks},
             "minutes": [s["wall_time_s"] / 60 for s in summaries], "env_steps": [s["env_steps"] for s in summaries],
             "eval_history": [s["eval_history"] for s in summaries]}
@@ -118,7 +116,7 @@ def row(learner: str, summaries: list[dict], marks: list[int]) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default="configs/ppo_reach.yaml")
+    p.add_argument("--config", default=DEFAULT_CONFIG)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--steps", type=int, default=0, help="env steps per run (0: the config's train.total_steps)")
     p.add_argument("--run-dir", default="runs/peer_curves")
@@ -155,7 +153,8 @@ def main() -> None:
               f"{EVAL_EVERY} iterations; each cell is the mean over seeds of the last evaluation at or before that "
               "many env steps, with its 95% bootstrap CI. Minutes: each run's wall time, its evaluations included, "
               "one run at a time."]
-    write_results("peer_curves", "Learning curves: our PPO and rsl_rl's PPO on the same VecEnv", lines,
+    page = "peer_curves" if args.config == DEFAULT_CONFIG else f"peer_curves_{name}"
+    write_results(page, "Learning curves: our PPO and rsl_rl's PPO on the same VecEnv", lines,
                   {"config": args.config, "rows": rows},
                   seeds=f"training seeds {', '.join(map(str, args.seeds))} for both learners",
                   curves={r["learner"]: mean_curve(r["eval_history"]) for r in rows},

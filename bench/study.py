@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -41,6 +42,13 @@ def first_reaching(history: list[list[float]], target: float) -> tuple[float, fl
         if success >= target:
             return steps, wall
     return None
+
+
+def median_to(reached: list[tuple[float, float] | None], index: int) -> float | None:
+    """Median over all seeds of the steps (index 0) or seconds (1) to a target (`first_reaching` of each seed), a
+    seed that never reached it counting as never; None when the median seed never reached it."""
+    value = statistics.median([r[index] if r else float("inf") for r in reached])
+    return None if value == float("inf") else value
 
 
 def env_seconds_per_step(envs: dict, actions: torch.Tensor, repeats: int = 3) -> dict[str, float]:
