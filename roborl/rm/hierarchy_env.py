@@ -48,7 +48,6 @@ class Options:
             choice[self.index(name, state)] = True
         runs = ~(machine.accepting[machine_of, state_of] | machine.failing[machine_of, state_of] | choice)
         self.runnable = runs.nonzero().flatten()  # the options that act: neither accepting, failing nor a choice
-        self.runnable_machine, self.runnable_state = machine_of[self.runnable], state_of[self.runnable]
 
     def index(self, machine: str, state: str) -> int:
         """The option of a machine's state."""
@@ -89,19 +88,19 @@ class Options:
 
 
 class Calls:
-    """The calls of a hierarchy's choice states, numbered: per call, the option of its choice state (`at`) and
-    the option its callee starts in (`starts`); per option, which calls it may choose among (`mask`)."""
+    """The calls of a hierarchy's choice states, numbered: per call, the option its callee starts in (`starts`);
+    per option, which calls it may choose among (`mask`)."""
 
     def __init__(self, options: Options) -> None:
         h, device = options.machine.h, options.machine.device
         edges = [(name, state, e.call) for (name, state), calls in h.choices.items() for e in calls]
         self.count = len(edges)
         self.names = [f"{name}.{state} -> {callee}" for name, state, callee in edges]
-        self.at = torch.tensor([options.index(n, s) for n, s, _ in edges], dtype=torch.long, device=device)
+        at = torch.tensor([options.index(n, s) for n, s, _ in edges], dtype=torch.long, device=device)
         self.starts = torch.tensor([options.index(c, h.machines[c].initial) for *_, c in edges], dtype=torch.long,
                                    device=device)
         self.mask = torch.zeros(options.count, self.count, dtype=torch.bool, device=device)
-        self.mask[self.at, torch.arange(self.count, device=device)] = True
+        self.mask[at, torch.arange(self.count, device=device)] = True
         self.is_choice = self.mask.any(-1)
 
 
@@ -127,9 +126,14 @@ class HierarchyEnv(VecEnvWrapper):
         self._pending: dict | None = None
         add_termination_hook(env, self._advance, "where the hierarchy accepts or fails")
 
-    def use_chooser(self, chooser: CallChooser, learner: CallLearner | None = None) -> None:
-        """The policy's chooser of calls (and, in the training env, its learner)."""
+    def use_chooser(self, chooser: CallChooser | None, learner: CallLearner | None = None) -> None:
+        """The policy's chooser of calls (and, in the training env, its learner); None: calls at random."""
         self.chooser, self.call_learner = chooser, learner
+
+    @property
+    def learns_calls(self) -> bool:
+        """Whether this env's choices are recorded and learned now (the training env, the policy training)."""
+        return self.call_learner is not None and self.chooser.training
 
     def _advance(self, labels: torch.Tensor, terms: torch.Tensor | None) -> torch.Tensor:
         if self._pending is not None:
@@ -173,7 +177,7 @@ class HierarchyEnv(VecEnvWrapper):
             call = torch.multinomial(mask.float(), 1).squeeze(-1)
         else:
             call = self.chooser.choose(x.to(next(self.chooser.parameters()).device), mask.to(x.device)).to(self.device)
-            if self.call_learner is not None and self.chooser.training:
+            if self.learns_calls:
                 self.call_learner.decide(rows, x, mask, call)
         self.chosen[rows] = call
 
@@ -210,14 +214,14 @@ class HierarchyEnv(VecEnvWrapper):
         done = term | trunc
         if "final_obs" in info:
             info["final_obs"] = self.with_option(info["final_obs"], self.acting_option(stack))
-        if self.call_learner is not None and self.chooser is not None and self.chooser.training:
+        if self.learns_calls:
             self.call_learner.pay(self._reward - stack["own"], term, trunc)  # what call edges paid on return
         fresh = self.machine.reset(self.num_envs)
         self.stack = {k: torch.where(done.view(-1, *[1] * (v.dim() - 1)), fresh[k], v) for k, v in stack.items()}
         if self.calls.count:
             self.chosen[done] = -1
             self.choose(obs)
-            if self.call_learner is not None and self.chooser is not None and self.chooser.training:
+            if self.learns_calls:
                 self.call_learner.update()
         return self.with_option(obs, self.acting_option(self.stack)), reward, term, trunc, info
 
