@@ -14,7 +14,8 @@ def clamp_delta_target(action: torch.Tensor, now: torch.Tensor, step: float, low
                        high: torch.Tensor) -> torch.Tensor:
     """The nearest action whose target now + action·step lies in [low, high]. A coordinate already outside
     (an overshoot, a start outside) is sent back toward the box by up to a step: holding a moving arm's target
-    at where it is measured would move the target out with the arm, period after period, while the arm brakes."""
+    at where it is measured would move the target out with the arm, period after period, while the arm brakes.
+    More than a step outside, no action in [-1, 1] reaches the box, and the target is a full step back."""
     target = (now + action * step).clamp(low, high)
     return ((target - now) / step).clamp(-1, 1)
 
