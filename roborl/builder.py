@@ -71,7 +71,7 @@ def make_env(cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> 
         set_task_weights(env, cfg)
     if cfg.rm.machine or cfg.rm.ltlf:
         try:
-            machine = load_hierarchy(cfg.rm.machine, cfg.rm.ltlf)
+            machine = load_hierarchy(cfg.rm.machine, cfg.rm.ltlf, split=cfg.rm.learner == "options")
         except ValueError as exc:
             raise UserError(str(exc)) from exc
         if cfg.rm.learner == "options":
@@ -467,14 +467,14 @@ def make_run_policy(cfg: Config, env: sim.VecEnv) -> nn.Module:
 def refuse_spread_choices(cfg: Config) -> None:
     """The calls of a hierarchy's choice states are learned in the one process that steps the envs."""
     rm, r = cfg.env.rm, cfg.resources
-    if rm.learner != "options" or not rm.machine or not (r.env_workers or r.learners > 1):
+    if rm.learner != "options" or not (rm.machine or rm.ltlf) or not (r.env_workers or r.learners > 1):
         return
     try:
-        machine = load_hierarchy(rm.machine)
+        machine = load_hierarchy(rm.machine, rm.ltlf, split=True)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     if isinstance(machine, Hierarchy) and machine.choices:
-        raise UserError(f"{rm.machine} has choice states, whose calls are learned in the process that steps the "
+        raise UserError(f"{rm.machine or rm.ltlf} has choice states, whose calls are learned in the process that steps the "
                         "envs: leave resources.env_workers at 0 and resources.learners at 1")
 
 

@@ -30,7 +30,9 @@ from roborl.sim.randomization import Randomization
 @dataclass
 class RMConfig:
     machine: str | None = None  # a reward-machine file (tasks/*.rm) or module:function returning one
-    ltlf: str | None = None  # or an LTLf formula over the task's labels, e.g. "F(at_a & F(at_b))"
+    # or an LTLf formula over the task's labels, e.g. "F(at_a & X F(at_b))"; with learner options it is split into
+    # a hierarchy of its sub-formulas (roborl/rm/ltlf_split.py)
+    ltlf: str | None = None
     reward: str = param("replace", choices=("replace", "add"))  # replace the task's reward by the machine's, or add them
     # potential-based shaping with Φ = V_RM and this γ (= algo.gamma); None: off
     shaping_gamma: float | None = param(None, ge=0, le=1)

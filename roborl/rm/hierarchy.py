@@ -23,7 +23,8 @@ many:
 
 Text: the machines one after the other, each after a line `machine NAME` (the first is the root), in the
 reward-machine text format with `unmatched: stay` semantics and call edges `(u, u', call NAME, 'context', r)`.
-`sequence([...])` builds the hierarchy of an LTLf task that splits into sub-formulas done one after another.
+`sequence([...])` builds the hierarchy of an LTLf task that splits into sub-formulas done one after another;
+`roborl.rm.ltlf_split.split_ltlf(formula)` finds the split of one formula by itself.
 """
 from __future__ import annotations
 

@@ -14,19 +14,23 @@ from roborl.rm.machine import Edge, RewardMachine
 DOT_EDGE = re.compile(r'^\s*(\w+)\s*->\s*(\w+)\s*\[label="([^"]*)"\];', re.M)
 
 
-def ltlf_to_dot(formula: str) -> str:
-    if shutil.which("mona") is None:
-        raise ValueError("LTLf formulas need the MONA solver on PATH: install it with `apt-get install mona` "
-                         "(scripts/setup.sh does), or write the reward machine in the text format")
+def ltlf_tree(formula: str):
+    """The formula parsed by `ltlf2dfa` (its syntax tree, which compiles itself to a DFA)."""
     try:
         from ltlf2dfa.parser.ltlf import LTLfParser
     except ImportError as exc:
         raise ValueError("LTLf formulas need the `ltlf2dfa` package: pip install ltlf2dfa") from exc
     try:
-        tree = LTLfParser()(formula)
+        return LTLfParser()(formula)
     except Exception as exc:
         raise ValueError(f"LTLf formula '{formula}' does not parse: {str(exc).splitlines()[0]}") from exc
-    return tree.to_dfa()
+
+
+def ltlf_to_dot(formula: str) -> str:
+    if shutil.which("mona") is None:
+        raise ValueError("LTLf formulas need the MONA solver on PATH: install it with `apt-get install mona` "
+                         "(scripts/setup.sh does), or write the reward machine in the text format")
+    return ltlf_tree(formula).to_dfa()
 
 
 def from_dot(dot: str) -> RewardMachine:

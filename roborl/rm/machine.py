@@ -156,8 +156,9 @@ class RewardMachine:
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from exc
 
-    def equivalent(self, other: RewardMachine, labels: list[str]) -> bool:
-        """Same rewards and terminal behaviour on every label sequence (product BFS; names may differ)."""
+    def equivalent(self, other: RewardMachine, labels: list[str], rewards: bool = True) -> bool:
+        """Same rewards and terminal behaviour on every label sequence (product BFS; names may differ). With
+        `rewards=False`: the same episode ends only (accepting or failing after the same label sequences)."""
         combos = [frozenset(c) for r in range(len(labels) + 1) for c in itertools.combinations(labels, r)]
         seen, todo = set(), [(self.initial, other.initial)]
         while todo:
@@ -166,11 +167,14 @@ class RewardMachine:
                 continue
             seen.add(pair)
             a, b = pair
-            if (a in self.accepting, a in self.failing) != (b in other.accepting, b in other.failing):
+            ends = (a in self.accepting, a in self.failing)
+            if ends != (b in other.accepting, b in other.failing):
                 return False
+            if not rewards and any(ends):
+                continue  # the episode is over in both
             for combo in combos:
                 (na, ra), (nb, rb) = self.step(a, combo), other.step(b, combo)
-                if ra != rb:
+                if rewards and ra != rb:
                     return False
                 todo.append((na, nb))
         return True
