@@ -281,13 +281,20 @@ def per_agent_actors(cfg: PolicyConfig, env: sim.VecEnv) -> dict[str, tuple[tupl
     return {name: (space.state, space.action_dim) for name, space in env.agents.items()}
 
 
+def option_machines(env: sim.VecEnv) -> list[int] | None:
+    """The machine of each option column at the end of `state`, for a hierarchy learned by options (in this
+    process, or in the Ray env workers behind a RayVecEnv); None for any other env."""
+    hierarchy = find_wrapper(env, HierarchyEnv)
+    return hierarchy.options.machine_of if hierarchy is not None else getattr(env, "option_machines", None)
+
+
 def per_machine_actors(env: sim.VecEnv) -> list[int]:
     """The machine of each option column at the end of `state` (policy.actors per_machine)."""
-    hierarchy = find_wrapper(env, HierarchyEnv)
-    if hierarchy is None:
+    machines = option_machines(env)
+    if machines is None:
         raise UserError("policy.actors per_machine trains one actor per machine of a hierarchy learned by options: "
                         "set env.rm.machine to a hierarchy file and env.rm.learner options (or policy.actors joint)")
-    return hierarchy.options.machine_of
+    return machines
 
 
 def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: ResidualConfig | None = None,

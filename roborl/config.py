@@ -390,6 +390,9 @@ def check_relations(cfg: Config) -> None:
         if e.num_envs != 1 or r.env_workers or r.learners > 1:
             raise UserError("resources.actor robot steps one robot: set env.num_envs 1, resources.env_workers 0 and "
                             "resources.learners 1")
+        if e.rm.machine or e.rm.ltlf:
+            raise UserError("resources.actor robot: the robot's actor runs no reward machine (its observations carry no "
+                            "machine state, its rewards come from robot.reward); remove env.rm.machine and env.rm.ltlf")
     if r.env_workers:
         if e.num_envs % r.env_workers:
             raise UserError(f"env.num_envs ({e.num_envs}) must be divisible by resources.env_workers "

@@ -44,6 +44,7 @@ class RayVecEnv(VecEnv):
         self.max_episode_steps, self.control_dt = d["max_episode_steps"], d["control_dt"]
         self._action_scaling = d["action_scaling"]
         self._group_resets = d["supports_group_resets"]
+        self.option_machines: list[int] | None = d["option_machines"]  # of a hierarchy learned by options
         self.last_obs: list[Obs] = []
 
     @property

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from roborl.algos import make_algorithm
-from roborl.builder import make_run_env, make_run_policy, resolve_device
+from roborl.builder import make_run_env, make_run_policy, option_machines, resolve_device
 from roborl.collect import EpisodeLog
 from roborl.config import SEED_STRIDE, Config
 from roborl.errors import UserError
@@ -85,7 +85,7 @@ class EnvWorker:
                 "label_names": e.label_names, "reward_term_names": e.reward_term_names,
                 "max_episode_steps": e.max_episode_steps, "control_dt": e.control_dt,
                 "action_scaling": e.action_scaling(), "resources": ray_resources(),
-                "supports_group_resets": e.supports_group_resets}
+                "supports_group_resets": e.supports_group_resets, "option_machines": option_machines(e)}
 
     def set_group_size(self, group_size: int) -> None:
         self.env.set_group_size(group_size)

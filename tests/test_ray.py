@@ -203,3 +203,29 @@ def test_sac_and_grpo_train_with_env_workers(tmp_path, local_cluster):
         summary = runner.train()  # collocated: each worker runs the rounds, the learner joins their kept groups
         assert summary["iterations"] == 2 and summary["env_steps"] >= 2 * 32 * 2 and summary["worker_restarts"] == 0
         assert any(not torch.equal(a, b) for a, b in zip(before, runner.policy.parameters())), "nothing trained"
+
+
+def test_per_machine_actors_of_a_hierarchy_stepped_in_the_env_workers(tmp_path, local_cluster):
+    """policy.actors per_machine learns from the option columns the workers' hierarchy envs publish: the learner
+    gets each column's machine through the workers' description, as from a hierarchy env of its own."""
+    from roborl.builder import make_env
+    from roborl.policies.per_machine import PerMachineActor
+    from roborl.rm.hierarchy_env import HierarchyEnv
+
+    overrides = [f"train.run_dir={tmp_path}", "train.name=hrm_workers", *QUIET, "env.num_envs=8",
+                 "train.rollout_steps=16", "train.total_steps=256", "train.eval_every=1000", "train.eval_envs=8",
+                 "train.eval_episodes=8"]
+    cfg = load_config(ROOT / "configs" / "hrm_tour_options.yaml", [*overrides, "resources.env_workers=2"])
+    local = make_env(cfg.env, 2, 0, torch.device("cpu"))
+    try:
+        assert isinstance(local, HierarchyEnv)
+        machines = local.options.machine_of
+    finally:
+        local.close()
+    runner = Runner(cfg)
+    assert isinstance(runner.env, RayVecEnv) and runner.env.option_machines == machines
+    assert isinstance(runner.policy.actor, PerMachineActor) and runner.policy.actor.machines == len(set(machines))
+    before = [p.detach().clone() for p in runner.policy.actor.parameters()]
+    summary = runner.train()
+    assert summary["env_steps"] == 256 and summary["worker_restarts"] == 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, runner.policy.actor.parameters()))

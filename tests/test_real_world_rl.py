@@ -159,6 +159,15 @@ def test_bad_actor_and_learner_addresses_are_one_line_errors(tmp_path):
                                                                   "HOST:PORT (e.g. 127.0.0.1:7100)"]
 
 
+def test_a_reward_machine_on_the_robot_is_one_line_error(tmp_path):
+    learner = spawn("-m", "roborl.cli", "train", str(ROOT / "configs" / "hil_sac_push.yaml"),
+                    "env.rm.ltlf=F(at_a)", f"train.run_dir={tmp_path}")
+    _, err = learner.communicate(timeout=120)
+    assert learner.returncode == 2 and err.strip().splitlines()[-1].startswith(
+        "roborl: error: resources.actor robot: the robot's actor runs no reward machine"), err[-2000:]
+    assert not list(tmp_path.iterdir())  # nothing half-written
+
+
 def test_the_link_resends_what_the_learner_lacks_and_forgets_what_it_acknowledged():
     rows = lambda n: {"reward": np.zeros(n, np.float32), "action": np.zeros((n, 2), np.float32)}  # noqa: E731
     learner = LearnerLink("127.0.0.1", 0, {"env": {}})
