@@ -225,7 +225,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--envs", type=int, default=16, help="environments recorded in parallel")
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode's initial state")
     p.add_argument("--rgb", action="store_true", help="also record obs/rgb frames")
-    p.add_argument("--camera", help="with --rgb: the scene's camera to record (default: the task's, 'front')")
+    p.add_argument("--camera", help="with --rgb: the scene's camera to record (default: the task's, 'front'); several "
+                   "joined by + are recorded side by side in one frame, e.g. front+workspace")
     p.add_argument("--size", type=int, default=64, help="rgb frame size")
     p.add_argument("--noise", type=float, default=0.0, help="std of Gaussian noise added to the expert's actions")
     p.add_argument("--dart", action="store_true",

@@ -52,3 +52,24 @@ def test_frames_without_images_or_a_broken_file_are_one_line(tmp_path):
     broken.write_bytes(b"not a classifier")
     with pytest.raises(UserError, match="is not a reward classifier"):
         RewardClassifier.load(broken)
+
+
+def test_a_classifier_of_two_cameras_asks_for_each_view_at_its_size(tmp_path):
+    """A classifier trained on front+workspace frames (the views side by side) has the robot render each
+    camera at half its input's width, which gives back frames of its input's size."""
+    from roborl import sim, tasks  # noqa: F401  (tasks registers the embedded scenes)
+    from roborl.checkpoint import write_safetensors
+    from roborl.reward_classifier import FILE
+    from roborl.robot.actor import make_success_fn
+
+    model = RewardClassifier(48, 128)
+    meta = {"size": [48, 128], "hidden": 128, "camera": "front+workspace"}
+    write_safetensors(tmp_path / FILE, model.state_dict(), {"reward_classifier": json.dumps(meta)})
+    success, view = make_success_fn(str(tmp_path))
+    assert view == {"camera": "front+workspace", "render_size": (48, 64)}
+    env = sim.make("mujoco/PickPlace", 1, obs_mode="rgb", render_size=view["render_size"], camera=view["camera"])
+    try:
+        frame = env.reset(seed=0)["rgb"][0].numpy()
+    finally:
+        env.close()
+    assert frame.shape == (48, 128, 3) and success({"rgb": frame}) in (True, False)

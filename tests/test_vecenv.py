@@ -108,6 +108,21 @@ def test_rgb_observations():
     env.close()
 
 
+def test_several_cameras_are_views_side_by_side():
+    views = {}
+    for camera in ("front", "workspace", "front+workspace"):
+        env = sim.make("mujoco/PickPlace", 2, obs_mode="rgb", render_size=(48, 64), camera=camera)
+        views[camera] = env.reset(seed=3)["rgb"]
+        assert env.observation_space["rgb"].contains(views[camera][0].numpy())
+        env.close()
+    both = views["front+workspace"]
+    assert both.shape == (2, 48, 128, 3)
+    assert torch.equal(both[:, :, :64], views["front"]) and torch.equal(both[:, :, 64:], views["workspace"])
+    assert not torch.equal(views["front"], views["workspace"])
+    with pytest.raises(sim.SimError, match="unknown camera 'wrist'.*joined by \\+"):
+        sim.make("mujoco/PickPlace", 1, obs_mode="rgb", camera="front+wrist")
+
+
 def test_batched_physics_matches_single_env_physics():
     """N worlds stepped together equal each world stepped alone (no cross-talk in the batch)."""
     batch = sim.make("mujoco/PickPlace", 3, seed=11)

@@ -97,7 +97,8 @@ def make_success_fn(spec: str) -> tuple[SuccessFn, dict | None]:
             raise UserError("robot.reward is a reward classifier, but the robot sends no camera frame (obs 'rgb')")
         return bool(classifier.success_prob(obs["rgb"]) > 0.5)
     meta = classifier.metadata
-    return success, {"camera": meta.get("camera", "front"), "render_size": tuple(meta["size"])}
+    camera, (height, width) = meta.get("camera", "front"), meta["size"]
+    return success, {"camera": camera, "render_size": (height, width // len(camera.split("+")))}  # per view
 
 
 class PolicyCopy:

@@ -72,9 +72,11 @@ class MujocoVecEnv(VecEnv):
         self.critic_state = critic_state
         self.model = (model_path if isinstance(model_path, mujoco.MjModel)  # a scene composed in code (MjSpec)
                       else mujoco.MjModel.from_xml_path(str(model_path)))
-        if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, camera) < 0:
-            names = [self.model.camera(i).name for i in range(self.model.ncam)]
-            raise SimError(f"unknown camera '{camera}'; the scene's cameras: {', '.join(names)}")
+        for view in camera.split("+"):  # several cameras: their views side by side in one frame
+            if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, view) < 0:
+                names = [self.model.camera(i).name for i in range(self.model.ncam)]
+                raise SimError(f"unknown camera '{view}'; the scene's cameras: {', '.join(names)} (several: "
+                               "joined by +, e.g. front+workspace)")
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.substeps = substeps
@@ -132,7 +134,7 @@ class MujocoVecEnv(VecEnv):
             spaces["critic_state"] = gym.spaces.Box(-np.inf, np.inf, (self._critic_state_obs().shape[-1],), np.float32)
         if obs_mode == "rgb":
             h, w = self.render_size
-            spaces["rgb"] = gym.spaces.Box(0, 255, (h, w, 3), np.uint8)
+            spaces["rgb"] = gym.spaces.Box(0, 255, (h, w * len(self.camera.split("+")), 3), np.uint8)
         self.observation_space = gym.spaces.Dict(spaces)
 
     # ---- hooks for tasks -------------------------------------------------------------------

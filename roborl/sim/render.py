@@ -10,7 +10,8 @@ Marker = tuple[torch.Tensor, tuple[float, float, float, float], float]
 
 
 class BatchRenderer:
-    """Renders each world's state through one offscreen context; markers are per-env spheres."""
+    """Renders each world's state through one offscreen context; markers are per-env spheres. A camera
+    `front+workspace` renders each named camera at height × width and puts the views side by side."""
 
     def __init__(self, model: mujoco.MjModel, height: int, width: int, camera: str | int = -1) -> None:
         model.vis.global_.offheight = max(model.vis.global_.offheight, height)
@@ -25,14 +26,14 @@ class BatchRenderer:
                 "(Debian: apt-get install libegl1 libgl1) or set MUJOCO_GL=osmesa") from exc
         self.model = model
         self.data = mujoco.MjData(model)
-        self.camera = camera
+        self.cameras = camera.split("+") if isinstance(camera, str) else [camera]
         self.height, self.width = height, width
 
     def render(self, states: np.ndarray, markers: list[Marker] = (), cam_pos: np.ndarray | None = None,
                light_diffuse: np.ndarray | None = None) -> torch.Tensor:
         """One frame per state row. `cam_pos` (n×ncam×3) and `light_diffuse` (n×nlight×3) override the
         model's cameras and lights per row (domain randomization); the model is restored afterwards."""
-        frames = np.empty((len(states), self.height, self.width, 3), np.uint8)
+        frames = np.empty((len(states), self.height, self.width * len(self.cameras), 3), np.uint8)
         nominal = self.model.cam_pos.copy(), self.model.light_diffuse.copy()
         try:
             for i, row in enumerate(states):
@@ -49,7 +50,10 @@ class BatchRenderer:
         mujoco.mj_setState(self.model, self.data, row, FULL)
         mujoco.mj_kinematics(self.model, self.data)
         mujoco.mj_camlight(self.model, self.data)
-        self.renderer.update_scene(self.data, camera=self.camera)
+        return np.concatenate([self._view(camera, markers) for camera in self.cameras], axis=1)
+
+    def _view(self, camera: str | int, markers: list[tuple[torch.Tensor, tuple, float]]) -> np.ndarray:
+        self.renderer.update_scene(self.data, camera=camera)
         scene = self.renderer.scene
         for pos, rgba, radius in markers:
             if scene.ngeom >= scene.maxgeom:
