@@ -1,8 +1,8 @@
 """LTLf formulas split into hierarchies: where a formula splits, the hierarchy is done on exactly the label
-sequences on which MONA's automaton of the whole formula is (`equivalent(..., rewards=False)`: a product over
-every label set, not samples);
-events in any order become choice states whose calls exclude each other, simultaneous events included; a
-formula that does not split is one called machine; and `env.rm.ltlf` with the option learner builds it."""
+sequences on which MONA's automaton of the whole formula is (`equivalent(..., rewards=False)`: a product
+over every label set, not samples); events in any order become choice states whose calls exclude each
+other, simultaneous events included; a formula that does not split is one called machine; and
+`env.rm.ltlf` with the option learner builds the split hierarchy."""
 import pytest
 
 from roborl.rm.hierarchy import flatten
@@ -25,10 +25,10 @@ def test_the_split_hierarchy_is_done_where_the_whole_formula_is(formula):
     h = split_ltlf(formula)
     labels = sorted(h.labels)
     assert flatten(h).equivalent(from_ltlf(formula), labels, rewards=False)
-    expected = SPLITS.get(formula, Whole(formula))
-    assert plan(ltlf_tree(formula)) == expected or (formula in WHOLE and isinstance(plan(ltlf_tree(formula)), Whole))
-    if formula in WHOLE:
-        assert h.depth == 2 and len(h.machines) == 2  # a root calling the formula's one machine
+    if formula in SPLITS:
+        assert plan(ltlf_tree(formula)) == SPLITS[formula]
+    else:  # a root calling the formula's one machine
+        assert isinstance(plan(ltlf_tree(formula)), Whole) and h.depth == 2 and len(h.machines) == 2
 
 
 def test_a_split_that_ignored_the_order_would_not_be_done_where_the_formula_is():
@@ -39,9 +39,8 @@ def test_a_split_that_ignored_the_order_would_not_be_done_where_the_formula_is()
 def test_events_in_any_order_are_choices_with_calls_that_exclude_each_other():
     h = split_ltlf("F(a & X(F(b) & F(c)))")
     assert h.depth == 3 and set(h.choices) == {("any0", "s0")}  # nested below the root's first call
-    calls = {e.call: e.guard for e in h.choices[("any0", "s0")]}
-    callees = {name: str(h.machines[name].edges[0].guard) for name in calls}
-    assert sorted(callees.values()) == ["b", "b & c", "c"]
+    contexts = {h.machines[e.call].edges[0].guard: e.guard for e in h.choices[("any0", "s0")]}
+    assert contexts == {"b": "!(c)", "c": "!(b)", "b & c": "true"}  # what each callee starts on: its context
     config = h.initial
     for labels in [{"b"}, {"a"}]:  # b before a does not count
         config, _ = h.step(config, labels)
