@@ -289,7 +289,7 @@ def option_machines(env: sim.VecEnv) -> list[int] | None:
 
 
 def per_machine_actors(env: sim.VecEnv) -> list[int]:
-    """The machine of each option column at the end of `state` (policy.actors per_machine)."""
+    """`option_machines`, which policy.actors per_machine needs."""
     machines = option_machines(env)
     if machines is None:
         raise UserError("policy.actors per_machine trains one actor per machine of a hierarchy learned by options: "

@@ -89,6 +89,7 @@ def make_success_fn(spec: str) -> tuple[SuccessFn, dict | None]:
     if spec == "success":
         return (lambda obs: bool(obs["success"])), None
     from roborl.reward_classifier import RewardClassifier
+    from roborl.sim.render import camera_views
 
     classifier = RewardClassifier.load(spec)
 
@@ -98,7 +99,7 @@ def make_success_fn(spec: str) -> tuple[SuccessFn, dict | None]:
         return bool(classifier.success_prob(obs["rgb"]) > 0.5)
     meta = classifier.metadata
     camera, (height, width) = meta.get("camera", "front"), meta["size"]
-    return success, {"camera": camera, "render_size": (height, width // len(camera.split("+")))}  # per view
+    return success, {"camera": camera, "render_size": (height, width // len(camera_views(camera)))}  # per view
 
 
 class PolicyCopy:

@@ -22,6 +22,7 @@ from mujoco import rollout
 from roborl.sim.batch import to_device
 from roborl.sim.errors import SimError
 from roborl.sim.randomization import ModelRandomizer, Randomization
+from roborl.sim.render import camera_views
 from roborl.sim.vec_env import Obs, VecEnv
 from roborl.sim.warp_physics import WarpPhysics
 
@@ -72,7 +73,7 @@ class MujocoVecEnv(VecEnv):
         self.critic_state = critic_state
         self.model = (model_path if isinstance(model_path, mujoco.MjModel)  # a scene composed in code (MjSpec)
                       else mujoco.MjModel.from_xml_path(str(model_path)))
-        for view in camera.split("+"):  # several cameras: their views side by side in one frame
+        for view in camera_views(camera):  # several cameras: their views side by side in one frame
             if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, view) < 0:
                 names = [self.model.camera(i).name for i in range(self.model.ncam)]
                 raise SimError(f"unknown camera '{view}'; the scene's cameras: {', '.join(names)} (several: "
@@ -134,7 +135,7 @@ class MujocoVecEnv(VecEnv):
             spaces["critic_state"] = gym.spaces.Box(-np.inf, np.inf, (self._critic_state_obs().shape[-1],), np.float32)
         if obs_mode == "rgb":
             h, w = self.render_size
-            spaces["rgb"] = gym.spaces.Box(0, 255, (h, w * len(self.camera.split("+")), 3), np.uint8)
+            spaces["rgb"] = gym.spaces.Box(0, 255, (h, w * len(camera_views(self.camera)), 3), np.uint8)
         self.observation_space = gym.spaces.Dict(spaces)
 
     # ---- hooks for tasks -------------------------------------------------------------------

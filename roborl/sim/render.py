@@ -9,6 +9,11 @@ FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
 Marker = tuple[torch.Tensor, tuple[float, float, float, float], float]
 
 
+def camera_views(camera: str) -> list[str]:
+    """The cameras of a camera spec: one name, or several joined by + whose views sit side by side."""
+    return camera.split("+")
+
+
 class BatchRenderer:
     """Renders each world's state through one offscreen context; markers are per-env spheres. A camera
     `front+workspace` renders each named camera at height × width and puts the views side by side."""
@@ -26,7 +31,7 @@ class BatchRenderer:
                 "(Debian: apt-get install libegl1 libgl1) or set MUJOCO_GL=osmesa") from exc
         self.model = model
         self.data = mujoco.MjData(model)
-        self.cameras = camera.split("+") if isinstance(camera, str) else [camera]
+        self.cameras = camera_views(camera) if isinstance(camera, str) else [camera]
         self.height, self.width = height, width
 
     def render(self, states: np.ndarray, markers: list[Marker] = (), cam_pos: np.ndarray | None = None,
@@ -41,16 +46,18 @@ class BatchRenderer:
                     self.model.cam_pos[:] = cam_pos[i]
                 if light_diffuse is not None:
                     self.model.light_diffuse[:] = light_diffuse[i]
-                frames[i] = self._frame(row, [(pos[i], rgba, radius) for pos, rgba, radius in markers])
+                self._frame(row, [(pos[i], rgba, radius) for pos, rgba, radius in markers], frames[i])
         finally:
             self.model.cam_pos[:], self.model.light_diffuse[:] = nominal
         return torch.from_numpy(frames)
 
-    def _frame(self, row: np.ndarray, markers: list[tuple[torch.Tensor, tuple, float]]) -> np.ndarray:
+    def _frame(self, row: np.ndarray, markers: list[tuple[torch.Tensor, tuple, float]], out: np.ndarray) -> None:
+        """Renders one state row into `out` (H × views·W × 3), each camera's view in its own columns."""
         mujoco.mj_setState(self.model, self.data, row, FULL)
         mujoco.mj_kinematics(self.model, self.data)
         mujoco.mj_camlight(self.model, self.data)
-        return np.concatenate([self._view(camera, markers) for camera in self.cameras], axis=1)
+        for k, camera in enumerate(self.cameras):
+            out[:, k * self.width:(k + 1) * self.width] = self._view(camera, markers)
 
     def _view(self, camera: str | int, markers: list[tuple[torch.Tensor, tuple, float]]) -> np.ndarray:
         self.renderer.update_scene(self.data, camera=camera)
