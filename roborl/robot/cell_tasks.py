@@ -58,6 +58,9 @@ class TaskRobot(RobotInterface):
         self.robot.hold()
         self.episode_step += 1
 
+    def clock(self) -> float:
+        return self.robot.clock()
+
     def stop(self) -> None:
         self.robot.stop()
 

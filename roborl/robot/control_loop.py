@@ -14,7 +14,8 @@ intervention in the records it hands to `on_step` (one per executed action: the 
 action, whether the operator commanded it), from which real-world RL builds its transitions.
 
 A robot with `clocked = True` paces the loop (observe() returns at its next sample); otherwise the loop
-keeps its own schedule of absolute deadlines, so periods do not drift.
+keeps its own schedule of absolute deadlines, so periods do not drift. The report's periods are measured on
+`robot.clock()`: a clocked robot's own clock, else the wall clock.
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ class LoopReport:
     steps: int = 0
     reason: str = "done"  # done | estop | policy_unavailable | policy_late | policy_rejected | robot_error
     control_dt: float = 0.0
-    periods: list[float] = field(default_factory=list)  # seconds between consecutive tick starts
+    periods: list[float] = field(default_factory=list)  # seconds between consecutive observations (robot.clock())
     policy_ms: list[float] = field(default_factory=list)  # submit → chunk available, per policy call
     late: int = 0  # ticks whose fresh chunk missed the deadline
     held: int = 0  # ticks without any action (the robot held its pose)
@@ -159,7 +160,7 @@ class ControlLoop:
         pending: tuple[Future, int, float] | None = None
         starved_since: float | None = None
         next_tick = time.monotonic()
-        last_tick: float | None = None
+        last_sample: float | None = None
         try:
             for step in range(steps):
                 if self.stopped.is_set() or self.episode_over.is_set():
@@ -167,10 +168,10 @@ class ControlLoop:
                 if not self.robot.clocked:
                     time.sleep(max(0.0, next_tick - time.monotonic()))
                 obs = self.robot.observe()
-                tick = time.monotonic()
-                if last_tick is not None:
-                    report.periods.append(tick - last_tick)
-                last_tick = tick
+                tick, sample = time.monotonic(), self.robot.clock()
+                if last_sample is not None:
+                    report.periods.append(sample - last_sample)
+                last_sample = sample
                 policy_obs = self.policy_obs(obs)
                 if pending is None and (step % self.query_every == 0 or self.ensembler.action(step) is None):
                     pending = (pool.submit(self.policy, policy_obs), step, tick)

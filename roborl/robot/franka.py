@@ -13,6 +13,13 @@ measured, pointing down as in training, clamped to the training workspace; `join
 move to joint targets clamped inside the FR3's limits. The gripper gets a new command only when the
 commanded width changes: closing grasps (so it keeps its force on a cube), opening moves.
 
+The driver is clocked on the arm's own clock (libfranka's `RobotState.time`, one millisecond per control
+cycle): `observe` returns once the arm's clock reaches the next control period, so each period is
+`control_dt` of the arm's motion. On a real arm that is the wall clock. franky-sim, on a loaded machine, falls
+behind the wall clock; a loop kept on the wall clock would then hand franky a new motion every fraction of a
+period of the arm's time, and the arm, taken over before it brakes, would overshoot its targets by several
+times what it does on the real arm.
+
 `stop` is franky's `Robot.stop` (the arm brakes under its own controller), callable from any thread; after it
 the robot refuses actions until `reset`. A reflex or error reported by the arm, or a lost connection, raises
 `FrankaError` with what happened and what to do, which the control loop turns into a safe stop.
@@ -41,6 +48,7 @@ DOWN = np.array([1.0, 0.0, 0.0, 0.0])  # quaternion (x, y, z, w): the gripper po
 CONTROLLERS = ("ee_delta_pos", "joint_delta_pos", "joint_pos")
 GRASP_FORCE = 20.0  # N
 GRIPPER_SPEED = 0.1  # m/s
+ARM_CLOCK_TIMEOUT = 1.0  # s of wall time the arm's clock may stand still before observe() gives up
 TaskState = Callable[[dict[str, np.ndarray]], np.ndarray]
 
 
@@ -69,6 +77,8 @@ def franky_errors() -> tuple[type[BaseException], ...]:
 
 
 class FrankaRobot(RobotInterface):
+    clocked = True  # the arm's clock paces the control loop (see the module's docstring)
+
     def __init__(self, host: str, metadata: dict, *, task_state: TaskState | None = None, dynamics: float = 0.2,
                  realtime: bool = False) -> None:
         """`metadata`: the artifact's (`PolicyClient.metadata` or the exported sidecar): its controller, control
@@ -89,6 +99,8 @@ class FrankaRobot(RobotInterface):
         self._gripper_target: float | None = None
         self._gripper_future = None  # franky's future of the gripper command in flight
         self._robot = self._gripper = None
+        self._arm_time: float | None = None  # the arm's clock at the newest observation (s)
+        self._next_period: float | None = None  # the arm's time at which the next observation is due (s)
 
     # ---- connection ---------------------------------------------------------------------------
     def connect(self) -> None:
@@ -127,9 +139,33 @@ class FrankaRobot(RobotInterface):
         return ", ".join(active_errors(state.current_errors) or active_errors(state.last_motion_errors))
 
     # ---- the five calls -----------------------------------------------------------------------
-    def observe(self) -> dict[str, np.ndarray]:
+    def clock(self) -> float:
+        return self._arm_time if self._arm_time is not None else time.monotonic()
+
+    def _read_state(self):
         with self._lock:
-            state = self._call("reading the state", lambda: self._robot.state)
+            return self._call("reading the state", lambda: self._robot.state)
+
+    def _await_period(self):
+        """The arm's state once its clock reaches the next control period (at once for the first observation
+        after a reset). A clock that stands still for `ARM_CLOCK_TIMEOUT` is a stalled connection."""
+        state = self._read_state()
+        stalled_at = time.monotonic() + ARM_CLOCK_TIMEOUT
+        while self._next_period is not None and (behind := self._next_period - state.time.to_sec()) > 5e-4:
+            if time.monotonic() > stalled_at:
+                raise FrankaError(f"the Franka's clock stood still for {ARM_CLOCK_TIMEOUT:.0f} s (the arm at "
+                                  f"{self.host} stopped sending its state); check the connection and reset the cell")
+            time.sleep(max(5e-4, behind - 2e-3))  # the arm's clock runs at most as fast as the wall clock
+            state = self._read_state()
+        now = state.time.to_sec()
+        self._arm_time = now
+        self._next_period = now + self.control_dt if self._next_period is None else max(
+            self._next_period + self.control_dt, now)  # after an overrun, one period at once, then on schedule
+        return state
+
+    def observe(self) -> dict[str, np.ndarray]:
+        state = self._await_period()
+        with self._lock:
             width = float(self._call("reading the gripper", lambda: self._gripper.width))
         if errors := active_errors(state.current_errors):
             raise FrankaError(f"the arm reports {', '.join(errors)} (a reflex or a limit); it stopped. Clear "
@@ -227,4 +263,5 @@ class FrankaRobot(RobotInterface):
                                                                           GRIPPER_SPEED))
         self._gripper_target = None
         self._stopped.clear()
+        self._next_period = None  # the control periods start again from here
         return self.observe()

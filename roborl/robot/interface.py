@@ -2,6 +2,7 @@
 `roborl.robot.twin.TwinRobot` implements them for the MuJoCo digital twin."""
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -31,6 +32,11 @@ class RobotInterface(ABC):
     def stop(self) -> None:
         """Stop motion and refuse further actions until the robot is reset by its operator. Must be safe
         to call from any thread and more than once."""
+
+    def clock(self) -> float:
+        """Seconds on the clock the loop's periods are measured on: a clocked robot's own clock at its newest
+        observation (an arm's time may fall behind the wall clock in a simulator), else the wall clock."""
+        return time.monotonic()
 
     def close(self) -> None:
         """Release the connection."""
