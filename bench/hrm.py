@@ -1,6 +1,7 @@
 """Hierarchies of reward machines on Tour (touch red, blue, red, yellow, red, blue), over training seeds: PPO
 learning the hierarchy of tasks/tour.rm with one option per touch machine, each machine's option with its own
-actor (configs/hrm_tour_options.yaml) or all options sharing one (`policy.actors=joint`), PPO on its flat machine
+actor (configs/hrm_tour_options.yaml) or all options sharing one (`policy.actors=joint`), the same option learner
+on the hierarchy split from the task's LTLf formula (configs/hrm_tour_ltlf.yaml), PPO on its flat machine
 with shaping (configs/hrm_tour_flat.yaml) and PPO on the task's sparse reward (configs/ppo_tour_sparse.yaml),
 each with the same env-step budget.
 
@@ -9,7 +10,7 @@ from 5 seeds), the seeds that reach 80%, the median env steps and minutes to 80%
 Writes `docs/results/hrm.{json,md,png}`.
 
 Usage: python bench/hrm.py [--run-dir runs/hrm] [--seeds 0 1 2] [--steps 1200000] [--jobs 1] [--reuse]
-About an hour on 2 CPU cores with the defaults (twelve runs of 5 to 10 minutes, one after the other).
+About an hour and a quarter on 2 CPU cores with the defaults (fifteen runs of 3 to 10 minutes, one after the other).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from roborl.stats import summarize
 ROOT = Path(__file__).resolve().parents[1]
 LEARNERS = {"options (HRM), one actor per machine": ("hrm_tour_options", []),
             "options (HRM), one shared actor": ("hrm_tour_options", ["policy.actors=joint"]),
+            "options (HRM) split from the LTLf formula": ("hrm_tour_ltlf", []),
             "flat machine": ("hrm_tour_flat", []), "sparse reward": ("ppo_tour_sparse", [])}
 TARGET = 0.8
 

@@ -57,6 +57,7 @@ RECIPES: dict[str, Recipe] = {
     "ppo_sequence_sparse": Recipe(5, 0.90, 20),  # rm_sequence's bar; reward_machines.md: 0.000 in 2M steps, so the
     #                                              card shows how many seeds learn the sparse task at all
     "hrm_tour_options": Recipe(5, 0.80, 10),  # docs/results/hrm.md: 1.00 [1.00, 1.00], 3/3 seeds >= 80% (128k steps)
+    "hrm_tour_ltlf": Recipe(5, 0.80, 10),  # hrm_tour_options' bar: the same hierarchy, split from the formula
     "hrm_errands_options": Recipe(5, 0.80, 10),  # docs/results/hrm_choice.md: 3/3 seeds >= 80% (128k steps)
     "hrm_tour_options_sac": Recipe(5, 0.80, 15),  # docs/results/hrm_variants.md: 0.97 [0.95, 1.00], 3/3 seeds >= 80%
     #                                               (80k of its 150k steps)

@@ -71,7 +71,8 @@ def make_env(cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> 
         set_task_weights(env, cfg)
     if cfg.rm.machine or cfg.rm.ltlf:
         try:
-            machine = load_hierarchy(cfg.rm.machine, cfg.rm.ltlf, split=cfg.rm.learner == "options")
+            machine = load_hierarchy(cfg.rm.machine, cfg.rm.ltlf, split=cfg.rm.learner == "options",
+                                     progress=env.label_progress)
         except ValueError as exc:
             raise UserError(str(exc)) from exc
         if cfg.rm.learner == "options":

@@ -59,6 +59,24 @@ def test_a_repeated_sub_task_is_one_machine_called_twice():
     assert [e.call for e in h.machines["root"].edges] == ["f0", "f1", "f0"]
 
 
+TOUR = "F(at_a & X F(at_b & X F(at_a & X F(at_c & X F(at_a & X F(at_b))))))"
+
+
+def test_a_machine_waiting_for_a_label_pays_the_tasks_progress_term_as_the_hand_written_tour_does():
+    from roborl.rm import load_hierarchy
+    from roborl.tasks.tour import TourEnv
+
+    labels, hand = list(TourEnv.label_names), load_hierarchy("tasks/tour.rm")
+    split = split_ltlf(TOUR, TourEnv.label_progress)
+    calls = [(e.call, h.call) for e, h in zip(split.machines["root"].edges, hand.machines["root"].edges, strict=True)]
+    assert all(split.machines[mine].equivalent(hand.machines[theirs], labels) for mine, theirs in calls), calls
+    bare = split_ltlf(TOUR)  # without the task's terms: done on the same traces, paying nothing while it waits
+    assert bare.machines["f0"].equivalent(hand.machines["touch_a"], labels, rewards=False)
+    assert not bare.machines["f0"].equivalent(hand.machines["touch_a"], labels)
+    conjunction = split_ltlf("F(at_a & at_b & X F(at_c))", TourEnv.label_progress)  # no one label to approach
+    assert conjunction.machines["f0"].terms == [] and conjunction.machines["f1"].terms == ["approach_c"]
+
+
 def test_the_config_builds_the_split_hierarchy_for_the_option_learner():
     import torch
 
@@ -72,6 +90,8 @@ def test_the_config_builds_the_split_hierarchy_for_the_option_learner():
     env = make_env(cfg.env, 4, 0, torch.device("cpu"))
     try:
         assert isinstance(env, HierarchyEnv)
+        assert sorted(t for m in env.machine.h.machines.values() for t in m.terms) == [
+            "approach_a", "approach_b", "approach_c"]  # the task's progress terms, each paid by its event's machine
         assert set(env.machine.h.choices) == {("root", f"s{done}") for done in (0, 1, 2, 4)}  # 2+ events left
         env.reset()
         for _ in range(3):

@@ -15,17 +15,19 @@ from roborl.rm.hierarchy_env import HierarchyEnv
 from roborl.rm.machine import RewardMachine, RMBuilder
 
 
-def load_hierarchy(spec: str | None = None, ltlf: str | None = None, split: bool = False) -> RewardMachine | Hierarchy:
+def load_hierarchy(spec: str | None = None, ltlf: str | None = None, split: bool = False,
+                   progress: dict[str, str] | None = None) -> RewardMachine | Hierarchy:
     """A machine or a hierarchy from a text file (`tasks/sequence.rm`; a file of `machine NAME` sections is a
     hierarchy), a Python factory (`module:function` returning either) or an LTLf formula: MONA's machine of
-    the whole formula, or with `split` the hierarchy of its sub-formulas (roborl/rm/ltlf_split.py)."""
+    the whole formula, or with `split` the hierarchy of its sub-formulas (roborl/rm/ltlf_split.py), whose
+    machines that wait for one label pay its `progress` term (the task's `label_progress`) meanwhile."""
     if (spec is None) == (ltlf is None):
         raise ValueError("give exactly one of env.rm.machine (a .rm file or module:function) and env.rm.ltlf")
     if ltlf is not None:
         from roborl.rm.ltlf import from_ltlf
         from roborl.rm.ltlf_split import split_ltlf
 
-        return split_ltlf(ltlf) if split else from_ltlf(ltlf)
+        return split_ltlf(ltlf, progress) if split else from_ltlf(ltlf)
     if ":" in spec and not Path(spec).exists():
         machine = import_factory(spec, "env.rm.machine")()
         if not isinstance(machine, (RewardMachine, Hierarchy)):

@@ -16,6 +16,11 @@ Two shapes split; anything else is one machine compiled whole by MONA (roborl.rm
 accepting sinks, as `from_ltlf`) ends where the hierarchy accepts, on every label sequence
 (tests/test_ltlf_split.py checks this against MONA's whole-formula automaton). Each called machine pays 1
 when its sub-formula holds, and the root's last call 1 more on return, as `sequence` does.
+
+A machine that waits for one label, `F(p)`, pays meanwhile the task's progress term for p where the task has
+one (`label_progress`, e.g. Sequence's `approach_a` for `at_a`: the distance to the red target closed in this
+step), as a hand-written `touch_a` does: `F(at_a & X F(at_b))` on Sequence gives the machines of a file
+written by hand, and the option learner the dense reward it learns from (without it each option is sparse).
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from roborl.rm.hierarchy import Hierarchy
-from roborl.rm.machine import RewardMachine, RMBuilder
+from roborl.rm.machine import Edge, RewardMachine, RMBuilder
 
 PROPOSITIONAL = {"LTLfAtomic", "LTLfNot", "LTLfAnd", "LTLfOr", "LTLfTrue", "LTLfFalse"}
 
@@ -77,9 +82,10 @@ def plan(tree) -> Plan:
 class HierarchyBuilder:
     """Machines for a plan, one per distinct sub-formula (a repeated sub-task is one machine, called twice)."""
 
-    def __init__(self) -> None:
+    def __init__(self, progress: dict[str, str] | None = None) -> None:
         self.machines: dict[str, RewardMachine] = {}
         self.names: dict[Plan, str] = {}
+        self.progress = progress or {}
 
     def name(self, part: Plan) -> str:
         if part not in self.names:
@@ -89,14 +95,19 @@ class HierarchyBuilder:
             self.names[part] = name
         return self.names[part]
 
-    @staticmethod
-    def whole(part: Whole) -> RewardMachine:
-        from roborl.rm.ltlf import from_ltlf
+    def whole(self, part: Whole) -> RewardMachine:
+        from roborl.rm.ltlf import from_ltlf, ltlf_tree
 
         machine = from_ltlf(part.formula)
         if not machine.accepting:
             raise ValueError(f"LTLf formula '{part.formula}': no finite trace guarantees it (its automaton has no "
                              "accepting sink), so a call of it would never return; learn it flat (env.rm.learner flat)")
+        tree = ltlf_tree(part.formula)
+        label = tree.f.s if kind(tree) == "LTLfEventually" and kind(tree.f) == "LTLfAtomic" else None
+        if label in self.progress:  # waiting for the label (MONA's self-loop, which pays nothing) pays its progress
+            wait = Edge(machine.initial, machine.initial, f"!{label}", self.progress[label])
+            machine = RewardMachine(machine.states, machine.initial, [*machine.edges, wait], accepting=machine.accepting,
+                                    failing=machine.failing, unmatched=machine.unmatched)
         return machine
 
     def then(self, parts: tuple, last_pays: float) -> RewardMachine:
@@ -121,13 +132,14 @@ class HierarchyBuilder:
         return machine.accepting(f"s{everything}").build()
 
 
-def split_ltlf(formula: str) -> Hierarchy:
+def split_ltlf(formula: str, progress: dict[str, str] | None = None) -> Hierarchy:
     """The hierarchy of an LTLf formula, split where it splits exactly (module docstring); a formula that does
-    not split is a root calling its one machine."""
+    not split is a root calling its one machine. `progress`: label -> the reward term a machine waiting for
+    that label pays."""
     from roborl.rm.ltlf import ltlf_tree
 
     tree = plan(ltlf_tree(formula))
-    builder = HierarchyBuilder()
+    builder = HierarchyBuilder(progress)
     if isinstance(tree, AnyOrder):
         root = builder.any_order(tree, 1.0)
     else:

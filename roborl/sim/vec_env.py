@@ -38,6 +38,9 @@ class VecEnv:
     action_space: gym.spaces.Box
     label_names: tuple[str, ...] = ()
     reward_term_names: tuple[str, ...] = ()  # columns of info["reward_terms"], where the task has them
+    # label -> the reward term that is this step's progress toward it (a difference of distances): a machine
+    # split from an LTLf formula pays it while it waits for that label (roborl/rm/ltlf_split.py)
+    label_progress: dict[str, str] = {}
     max_episode_steps: int | None = None
     control_dt: float = 0.05
     # whether info["success"] means something (Gymnasium envs without `is_success` report False throughout);

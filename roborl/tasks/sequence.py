@@ -29,6 +29,7 @@ class SequenceEnv(ArmEnv):
     instruction = "touch the red, then the blue, then the yellow target"
     label_names = tuple(f"at_{n}" for n in NAMES)
     reward_term_names = tuple(f"approach_{n}" for n in NAMES)
+    label_progress = {f"at_{n}": f"approach_{n}" for n in NAMES}
     episode_length = 100
     order = (0, 1, 2)  # the targets to touch, in this order (tasks/tour.py repeats them)
 
