@@ -150,9 +150,11 @@ class FrankaRobot(RobotInterface):
         """The arm's state once its clock reaches the next control period (at once for the first observation
         after a reset). A clock that stands still for `ARM_CLOCK_TIMEOUT` is a stalled connection."""
         state = self._read_state()
-        stalled_at = time.monotonic() + ARM_CLOCK_TIMEOUT
+        last, stalled_at = state.time.to_sec(), time.monotonic() + ARM_CLOCK_TIMEOUT
         while self._next_period is not None and (behind := self._next_period - state.time.to_sec()) > 5e-4:
-            if time.monotonic() > stalled_at:
+            if state.time.to_sec() != last:
+                last, stalled_at = state.time.to_sec(), time.monotonic() + ARM_CLOCK_TIMEOUT
+            elif time.monotonic() > stalled_at:
                 raise FrankaError(f"the Franka's clock stood still for {ARM_CLOCK_TIMEOUT:.0f} s (the arm at "
                                   f"{self.host} stopped sending its state); check the connection and reset the cell")
             time.sleep(max(5e-4, behind - 2e-3))  # the arm's clock runs at most as fast as the wall clock
