@@ -48,6 +48,7 @@ DOWN = np.array([1.0, 0.0, 0.0, 0.0])  # quaternion (x, y, z, w): the gripper po
 CONTROLLERS = ("ee_delta_pos", "joint_delta_pos", "joint_pos")
 GRASP_FORCE = 20.0  # N
 GRIPPER_SPEED = 0.1  # m/s
+HOME_RESTARTS = 3  # times a reset starts the home motion again where it ended short of home (a planner failure)
 ARM_CLOCK_TIMEOUT = 1.0  # s of wall time the arm's clock may stand still before observe() gives up
 TaskState = Callable[[dict[str, np.ndarray]], np.ndarray]
 
@@ -123,7 +124,8 @@ class FrankaRobot(RobotInterface):
         try:
             return fn(*args)
         except (*franky_errors(), RuntimeError) as exc:  # RuntimeError: franky's motion planner (Ruckig)
-            if isinstance(exc, _franky().NetworkException):
+            if isinstance(exc, _franky().NetworkException) or str(exc) == "Net Exception":  # (franky's state
+                # getter raises libfranka's network error as a plain RuntimeError with this text)
                 raise FrankaError(f"franka {what} failed: the connection to {self.host} is lost ({exc}). A Franka "
                                   "stops by itself when its commands stop; reconnect and reset the cell") from exc
             errors = self._errors()
@@ -157,7 +159,7 @@ class FrankaRobot(RobotInterface):
             elif time.monotonic() > stalled_at:
                 raise FrankaError(f"the Franka's clock stood still for {ARM_CLOCK_TIMEOUT:.0f} s (the arm at "
                                   f"{self.host} stopped sending its state); check the connection and reset the cell")
-            time.sleep(max(5e-4, behind - 2e-3))  # the arm's clock runs at most as fast as the wall clock
+            time.sleep(max(2.5e-4, behind))  # the arm's clock runs at most as fast as the wall clock: no oversleep
             state = self._read_state()
         now = state.time.to_sec()
         self._arm_time = now
@@ -232,26 +234,37 @@ class FrankaRobot(RobotInterface):
         except _franky().ControlException:  # the motion an earlier stop preempted reports it here, once
             self._robot.move(motion, asynchronous=True)
 
+    def _in_motion(self) -> bool:
+        """Whether a motion still runs; one that ended in an error (a planner failure) has not."""
+        try:
+            return self._robot.poll_motion()
+        except (*franky_errors(), RuntimeError):
+            return False
+
     def reset(self, tolerance: float = 0.005, timeout: float = 20.0) -> dict[str, np.ndarray]:
         """The scripted reset: clear the stop and any error, move to the tasks' home (the TCP to `HOME_TCP`
         pointing down for `ee_delta_pos`, the joints to `HOME` otherwise) to within `tolerance` (m or rad), open
         the gripper. The home motion is of the policy's type, because franky cannot switch a running motion's
         type; it is watched on the measured pose rather than joined, because a planner that waits for the
-        last tenth of a millimetre (franky-sim's, now and then) must not hang a reset."""
+        last tenth of a millimetre (franky-sim's, now and then) must not hang a reset; a home motion that ends
+        short of home (franky's planner gave up) is started again, up to `HOME_RESTARTS` times."""
         franky = _franky()
-        if self.controller == "ee_delta_pos":
-            motion = franky.CartesianMotion(franky.Affine(HOME_TCP, DOWN), franky.ReferenceType.Absolute)
+        if self.controller == "ee_delta_pos":  # a motion object runs once: each start gets a new one
+            home = lambda: franky.CartesianMotion(franky.Affine(HOME_TCP, DOWN), franky.ReferenceType.Absolute)  # noqa: E731
             error = lambda state: np.abs(np.asarray(state.O_T_EE.translation) - HOME_TCP).max()  # noqa: E731
         else:
-            motion = franky.JointMotion(franky.JointState(HOME))
+            home = lambda: franky.JointMotion(franky.JointState(HOME))  # noqa: E731
             error = lambda state: np.abs(np.asarray(state.q) - HOME).max()  # noqa: E731
         with self._lock:
             with contextlib.suppress(*franky_errors(), RuntimeError):  # collect what the last motion raised (a
                 self._robot.join_motion(0.5)                       # planner failure, a stop's preemption)
             self._call("recovering", self._robot.recover_from_errors)
-            self._call("moving home", lambda: self._start(motion))
-            deadline = time.monotonic() + timeout
+            self._call("moving home", lambda: self._start(home()))
+            deadline, started, restarts = time.monotonic() + timeout, time.monotonic(), 0
             while (off := error(self._call("reading the state", lambda: self._robot.state))) > tolerance:
+                if time.monotonic() - started > 1.0 and restarts < HOME_RESTARTS and not self._in_motion():
+                    restarts, started = restarts + 1, time.monotonic()  # the home motion ended short of home
+                    self._call("moving home", lambda: self._start(home()))
                 if time.monotonic() > deadline:
                     self._robot.stop()
                     raise FrankaError(f"the Franka did not reach its home pose within {timeout:.0f} s (still {off:.3f} "
