@@ -1,7 +1,7 @@
 """Env steps per second of each installed simulator backend through our VecEnv against the backend's own loop,
 random actions, one run on this machine:
 
-- mujoco/Push: raw `mujoco.rollout` replaying our controls (bench/throughput.py) vs our MujocoVecEnv;
+- mujoco/Push: raw `mujoco.batch` replaying our controls (bench/throughput.py) vs our MujocoVecEnv;
 - gym/Pusher-v5: Gymnasium's SyncVectorEnv vs our GymVecEnv (the same SyncVectorEnv plus torch conversion);
 - maniskill/PushCube-v1 (CPU sim): ManiSkill's CPU recipe (Gymnasium AsyncVectorEnv, one process per env,
   CPUGymWrapper, as its ppo_cpu.py) vs our ManiSkillVecEnv (one worker process per core); and one env in one
@@ -68,7 +68,7 @@ def maniskill_env(env_id: str) -> Callable[[], gym.Env]:
 def rows(seconds: float, mujoco_envs: int, maniskill_envs: int) -> list[tuple[str, str, int, str, float, float]]:
     out = []
     n = mujoco_envs
-    out.append(("mujoco", "Push", n, "mujoco.rollout", raw_mujoco(n, seconds), our_vecenv(n, seconds)))
+    out.append(("mujoco", "Push", n, "mujoco.batch", timed(raw_mujoco(n), seconds), timed(our_vecenv(n), seconds)))
     try:
         gym.make("Pusher-v5").close()
         n = 16

@@ -1,7 +1,9 @@
 """Throughput on the Push scene, all measured in one run on this machine, interleaved so that a busy moment
 hits every contender alike:
 
-1. raw batched MuJoCo (`mujoco.rollout`, same model, substeps and threads, replaying our env's controls),
+1. raw batched MuJoCo, both of its batched stepping APIs (`mujoco.batch.Batch`, which our VecEnv steps with,
+   and `mujoco.rollout`), same model, substeps and threads, replaying our env's controls; the faster is the
+   raw physics every ratio is taken against,
 2. our VecEnv (controller IK, observations, rewards, auto-reset included),
 3. our PPO end to end (the runner's iteration: the collector's rollout, GAE, the update, the normalizer),
 4. the ideal of PPO on this machine: physics, policy inference and the PPO update, each measured alone on
@@ -27,7 +29,7 @@ from collections.abc import Callable
 import mujoco
 import numpy as np
 import torch
-from mujoco import rollout
+from mujoco import batch, rollout
 from peer_adapters import RslRlAdapter, SB3Adapter, rsl_rl_train_cfg
 from study import write_results
 
@@ -59,9 +61,15 @@ def interleaved(contenders: dict[str, Callable[[], int]], seconds: float, rounds
     return {name: steps[name] / elapsed[name] for name in contenders}
 
 
-def raw_mujoco(n: int) -> Callable[[], int]:
-    """`mujoco.rollout` alone, replaying the controls our VecEnv produced for random actions (so both move
-    the arm and touch the cube alike) from the same start state."""
+def timed(step: Callable[[], int], seconds: float) -> float:
+    """Env steps per second of `step` (a callable returning its env steps) over `seconds`, after a warm-up."""
+    return interleaved({"step": step}, seconds, 1)["step"]
+
+
+def raw_mujoco(n: int, engine: str = "batch") -> Callable[[], int]:
+    """MuJoCo's batched stepping alone (`engine`: "batch", `mujoco.batch.Batch`, or "rollout",
+    `mujoco.rollout`), replaying the controls our VecEnv produced for random actions (so both move the arm
+    and touch the cube alike) from the same start state, one episode over and over."""
     env = sim.make(ENV_ID, n)
     env.reset()
     start = env.state.copy()
@@ -72,6 +80,8 @@ def raw_mujoco(n: int) -> Callable[[], int]:
         controls.append(env._ctrl.copy())
     model, substeps, nthread = env.model, env.substeps, env.nthread
     env.close()
+    if engine == "batch":
+        return _raw_batch(model, n, substeps, nthread, start, [c[:, 0] for c in controls])
     datas = [mujoco.MjData(model) for _ in range(nthread)]
     models = [model] * n
     state = start.copy()
@@ -86,6 +96,25 @@ def raw_mujoco(n: int) -> Callable[[], int]:
             np.copyto(state, start)
         pool.rollout(models, datas, state, controls[i], skip_checks=True, nstep=substeps, state=out, sensordata=sens)
         np.copyto(state, out[:, -1])
+        t["i"] += 1
+        return n
+    return step
+
+
+def _raw_batch(model: mujoco.MjModel, n: int, substeps: int, nthread: int, start: np.ndarray,
+               controls: list[np.ndarray]) -> Callable[[], int]:
+    physics = batch.Batch(model, n, nthread=nthread)
+    ctrl = physics.bind("ctrl")
+    full = start.shape[1]  # the full-physics state leads the Batch's rows on this scene (no mocap or plugins)
+    t = {"i": 0}
+
+    def step() -> int:
+        i = t["i"] % len(controls)
+        if i == 0:
+            physics.state[:] = 0.0
+            physics.state[:, :full] = start
+        ctrl[:] = controls[i]
+        physics.step(nstep=substeps)
         t["i"] += 1
         return n
     return step
@@ -202,11 +231,13 @@ def measure(n: int, seconds: float, rounds: int) -> dict:
     ours, runner = our_ppo(n)
     rsl, adapter_step = rsl_rl_ppo(n, runner.cfg)
     cores = os.cpu_count() or 1
-    contenders = {"raw_mujoco": raw_mujoco(n), "our_vecenv": our_vecenv(n), "our_ppo": ours,
+    contenders = {"raw_batch": raw_mujoco(n, "batch"), "raw_rollout": raw_mujoco(n, "rollout"),
+                  "our_vecenv": our_vecenv(n), "our_ppo": ours,
                   **ppo_parts(runner), "rsl_rl_ppo_1_thread": rsl, f"rsl_rl_ppo_{cores}_threads": with_threads(rsl, cores),
                   "rsl_rl_adapter": adapter_step,
                   "sb3_ppo": sb3_ppo(n, batched=False), "sb3_ppo_batched": sb3_ppo(n, batched=True)}
     rates = interleaved(contenders, seconds, rounds)
+    rates["raw_mujoco"] = max(rates["raw_batch"], rates["raw_rollout"])
     per_step = 1 / rates["raw_mujoco"] + 1 / rates["inference"] + 1 / rates["update"]  # seconds per env step
     rates["ideal_ppo"] = 1 / per_step
     rates["rsl_rl_ppo"] = max(rates["rsl_rl_ppo_1_thread"], rates[f"rsl_rl_ppo_{cores}_threads"])
@@ -239,12 +270,14 @@ def table(rows: list[dict], seconds: float, rounds: int) -> list[str]:
               f"{last[f'rsl_rl_ppo_{cores}_threads']:,.0f} env steps/s) and the faster is shown. SB3: one torch "
               "thread.", "",
               f"PPO settings on every side: networks {HIDDEN} (tanh), {ROLLOUT_STEPS} steps per env per iteration, "
-              f"{EPOCHS} epochs of {MINIBATCHES} minibatches. Raw MuJoCo: `mujoco.rollout` replaying our env's "
-              "controls. rsl_rl: `rsl-rl-lib`'s OnPolicyRunner with its recommended PPO settings (adaptive lr, "
-              "observation normalization), on our VecEnv through `bench/peer_adapters.py` (its step costs the "
-              "ratio shown against raw physics). SB3 PPO: DummyVecEnv over N one-env Gymnasium adapters (how SB3 "
-              "runs envs); SB3 batched: SB3 fed our batched VecEnv through a shim, so both share the same physics "
-              "cost."]
+              f"{EPOCHS} epochs of {MINIBATCHES} minibatches. Raw MuJoCo: the faster of MuJoCo's two batched "
+              f"stepping APIs replaying our env's controls (at N = {last['envs']}: `mujoco.batch.Batch`, which our "
+              f"VecEnv steps with, {last['raw_batch']:,.0f} env steps/s; `mujoco.rollout` "
+              f"{last['raw_rollout']:,.0f}). rsl_rl: `rsl-rl-lib`'s OnPolicyRunner with its recommended PPO "
+              "settings (adaptive lr, observation normalization), on our VecEnv through `bench/peer_adapters.py` "
+              "(its step costs the ratio shown against raw physics). SB3 PPO: DummyVecEnv over N one-env Gymnasium "
+              "adapters (how SB3 runs envs); SB3 batched: SB3 fed our batched VecEnv through a shim, so both share "
+              "the same physics cost."]
     return lines
 
 

@@ -46,7 +46,10 @@ def test_rsl_rl_trains_on_our_vecenv_through_the_benchmark_adapter(monkeypatch):
     from peer_adapters import RslRlAdapter, rsl_rl_train_cfg
     from rsl_rl.runners import OnPolicyRunner
 
-    from roborl import sim
+    from roborl import (
+        sim,
+        tasks,  # noqa: F401
+    )
 
     env = RslRlAdapter(sim.make("mujoco/Push", 8))
     runner = OnPolicyRunner(env, rsl_rl_train_cfg([32, 32], "tanh", 0.6, 16, 2, 2, 1e-3, 0.9, 0.95), log_dir=None)

@@ -102,7 +102,7 @@ def test_identity_perturbations_reproduce_the_nominal_trajectory_exactly():
     late = states(sim.make("mujoco/Push", 3, seed=1, randomization=Randomization(latency_ms=[20, 20])), acts)
     assert torch.equal(late[0], nominal[0]) and not torch.allclose(late[1:], nominal[1:], atol=1e-4)
     off = sim.make("mujoco/Push", 3, seed=1, randomization=Randomization())
-    assert off.randomizer is None and off._models[0] is off.model
+    assert off.randomizer is None and off.physics.models is None  # every world steps the env's own model
 
 
 def test_latency_holds_the_previous_control_for_the_first_substeps_on_each_envs_own_model():

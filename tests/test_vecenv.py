@@ -1,3 +1,4 @@
+import mujoco
 import numpy as np
 import pytest
 import torch
@@ -154,3 +155,38 @@ def test_diverged_physics_ends_the_episode_without_nans():
     assert torch.isfinite(obs["state"]).all() and torch.isfinite(reward).all()
     assert reward[1] == 0 and not info["success"][1]
     assert env.elapsed[1] == 0 and env.elapsed[0] == 1
+
+
+def test_each_world_steps_exactly_as_one_mjdata_under_mj_step():
+    """Control step after control step, through an episode's end and the reset after it, every world's state
+    is bit-identical to its own MjData stepped by mj_step: the solver's warm start carries over from step
+    to step (starting it cold at every control step moves a pushed cube by centimetres within an episode),
+    and a reset starts it cold, as a new MjData does."""
+    from roborl.tasks.push import PushExpert
+
+    env = sim.make("mujoco/Push", 3, seed=0, episode_length=50)
+    expert = PushExpert(env)
+    env.reset()
+    full = mujoco.mjtState.mjSTATE_FULLPHYSICS
+
+    def fresh(row: np.ndarray) -> mujoco.MjData:
+        data = mujoco.MjData(env.model)
+        mujoco.mj_setState(env.model, data, row, full)
+        return data
+
+    datas = [fresh(row) for row in env.state]
+    for _ in range(60):
+        action = expert.act().double().clamp(-1, 1)
+        ctrl = env._action_to_ctrl(action).numpy()  # what step() applies: IK from this state
+        obs, reward, terminated, truncated, info = env.step(action)
+        expert.reset(info["done"])
+        for i, data in enumerate(datas):
+            data.ctrl[:] = ctrl[i]
+            mujoco.mj_step(env.model, data, nstep=env.substeps)
+            if info["done"][i]:
+                assert torch.equal(info["final_obs"]["state"][i, :7], torch.from_numpy(data.qpos[:7]).float())
+                datas[i] = fresh(env.state[i])
+            else:
+                assert np.array_equal(env.qpos[i].numpy(), data.qpos) and np.array_equal(env.qvel[i].numpy(), data.qvel)
+    assert env.elapsed.tolist() == [10, 10, 10]  # one reset on the way
+    env.close()

@@ -1,9 +1,10 @@
-"""Batched MuJoCo backend: N copies of one model stepped by `mujoco.rollout`'s native thread pool.
+"""Batched MuJoCo backend: N copies of one model stepped by MuJoCo's native thread pool.
 
 The physics state of all N worlds lives in one float64 array (MuJoCo's full-physics state vector per
-row); torch views of it give tasks `qpos` / `qvel` without copies. One control step is one
-`rollout` call of `substeps` physics steps for all worlds at once, so no Python loop runs over envs.
-`backend="warp"` steps the same state rows with MuJoCo Warp instead (sim/warp_physics.py).
+row); torch views of it give tasks `qpos` / `qvel` without copies. One control step is one call of
+`substeps` physics steps for all worlds at once (`mujoco.batch`, sim/mujoco_physics.py), so no Python
+loop runs over envs. `backend="warp"` steps the same state rows with MuJoCo Warp instead
+(sim/warp_physics.py).
 """
 from __future__ import annotations
 
@@ -17,17 +18,17 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 import torch
-from mujoco import rollout
 
 from roborl.sim.batch import to_device
 from roborl.sim.errors import SimError
+from roborl.sim.mujoco_physics import MujocoPhysics
 from roborl.sim.randomization import ModelRandomizer, Randomization
 from roborl.sim.render import camera_views
 from roborl.sim.vec_env import Obs, VecEnv
 from roborl.sim.warp_physics import WarpPhysics
 
 FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
-BACKENDS = ("mujoco", "warp")  # mujoco.rollout on CPU threads | mujoco_warp (GPU, or slowly on CPU)
+BACKENDS = ("mujoco", "warp")  # mujoco.batch on CPU threads | mujoco_warp (GPU, or slowly on CPU)
 
 
 class MujocoVecEnv(VecEnv):
@@ -89,10 +90,8 @@ class MujocoVecEnv(VecEnv):
         nthread = nthread or min(os.cpu_count() or 1, num_envs)
         self.nthread = nthread
         self.backend = backend
-        self._datas = [mujoco.MjData(self.model) for _ in range(nthread)]
-        self._models = [self.model] * num_envs
-        self._pool = rollout.Rollout(nthread=nthread) if backend == "mujoco" else None
-        self._warp = WarpPhysics(self.model, num_envs, substeps) if backend == "warp" else None
+        self.physics = (MujocoPhysics(self.model, num_envs, substeps, nthread) if backend == "mujoco"
+                        else WarpPhysics(self.model, num_envs, substeps))
         self._renderer = None
         self._observed = True  # False inside `unobserved`: step() then renders no frames
 
@@ -104,8 +103,6 @@ class MujocoVecEnv(VecEnv):
         mujoco.mj_getState(self.model, data, init, FULL)
         self.state = np.tile(init, (num_envs, 1))
         self.initial_state = torch.from_numpy(init)
-        self._out = np.empty((num_envs, substeps, nstate))
-        self._sensors = np.empty((num_envs, substeps, self.model.nsensordata))
         self._ctrl = np.empty((num_envs, substeps, nu))
         st = torch.from_numpy(self.state)  # shares memory with self.state
         self.sim_time = st[:, 0]
@@ -125,7 +122,7 @@ class MujocoVecEnv(VecEnv):
         if randomization is not None and randomization.enabled:
             self.randomizer = ModelRandomizer(self, randomization)  # validates the ranges
         if self.randomizer is not None and self.randomizer.models is not None:
-            self._models = self.randomizer.models
+            self.physics.set_models(self.randomizer.models)
 
         spaces: dict[str, gym.spaces.Space] = {}
         self.action_space = gym.spaces.Box(-1.0, 1.0, (self.action_dim_,), np.float32)
@@ -199,22 +196,14 @@ class MujocoVecEnv(VecEnv):
             self._ctrl[:] = self._action_to_ctrl(action).numpy()[:, None, :]
         else:
             self.randomizer.controls(action, self._action_to_ctrl, self._ctrl)
-        expected = self.state[:, 0] + self.control_dt
-        if self._warp is not None:
-            self._warp.step(self.state, self._ctrl)
-        else:
-            self._pool.rollout(self._models, self._datas, self.state, self._ctrl, skip_checks=True,
-                               nstep=self.substeps, state=self._out, sensordata=self._sensors)
-            np.copyto(self.state, self._out[:, -1])
-        # MuJoCo resets a diverging world to its defaults (time 0) or leaves NaNs: either way, end that
-        # episode without a reward instead of training on garbage (a row's sum is finite iff all of it is,
-        # short of overflow, which is divergence too)
-        late = self.state[:, 0] < expected - 0.5 * self.model.opt.timestep
-        unstable_rows = ~np.isfinite(self.state.sum(1)) | late
+        # MuJoCo resets a diverging world to its defaults and goes on: end that episode without a reward
+        # instead of training on what follows
+        unstable_rows = self.physics.step(self.state, self._ctrl)
         any_unstable = bool(unstable_rows.any())
         unstable = torch.from_numpy(unstable_rows)
         if any_unstable:
             self._state_t[unstable] = self.initial_state
+            self.physics.restart(unstable_rows.nonzero()[0])
         self.state_version += 1
         self.elapsed += 1
 
@@ -248,8 +237,9 @@ class MujocoVecEnv(VecEnv):
             self._reset_envs(done)
         obs = self._obs(frames=self._observed)
         info["done"] = done
-        info = info if self.device.type == "cpu" else to_device(info, self.device)
-        return obs, reward.to(self.device), terminated.to(self.device), truncated.to(self.device), info
+        if self.device.type == "cpu":
+            return obs, reward, terminated, truncated, info
+        return obs, reward.to(self.device), terminated.to(self.device), truncated.to(self.device), to_device(info, self.device)
 
     @contextmanager
     def unobserved(self) -> Iterator[None]:
@@ -272,8 +262,6 @@ class MujocoVecEnv(VecEnv):
         return self._renderer.render(self.state[ids], markers, **overrides)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
         if self._renderer is not None:
             self._renderer.close()
             self._renderer = None
@@ -300,8 +288,11 @@ class MujocoVecEnv(VecEnv):
         ids = mask.nonzero().flatten()
         self._state_t[ids] = self.initial_state
         self._reset_idx(ids)
+        self.physics.restart(ids.numpy())
         if self.randomizer is not None:
             self.randomizer.reset(ids)
+            if self.randomizer.models is not None:
+                self.physics.set_models(self.randomizer.models)  # the physics reads the edited models afresh
         self.state_version += 1
         self.elapsed[ids] = 0
         self.episode_return[ids] = 0.0

@@ -68,10 +68,18 @@ class WarpPhysics:
         self._data = mjw.put_data(model, data, nworld=num_worlds, njmax=njmax)
         self._ctrl = wp.zeros((substeps, num_worlds, model.nu), dtype=wp.float32)
 
-    def step(self, state: np.ndarray, ctrl: np.ndarray) -> None:
+    def restart(self, ids: np.ndarray) -> None:
+        """Worlds `ids` start afresh (a reset): their solver starts cold, as a new MjData's does."""
+        if len(ids):
+            warmstart = self._data.qacc_warmstart.numpy()
+            warmstart[ids] = 0.0
+            self._data.qacc_warmstart.assign(warmstart)
+
+    def step(self, state: np.ndarray, ctrl: np.ndarray) -> np.ndarray:
         """Advance the worlds of `state` (N×nstate, float64, updated in place) by `substeps` physics
         steps under `ctrl` (N×substeps×nu). A world whose state becomes non-finite or exceeds
-        mjMAXVAL is reset to the model defaults with time 0, as MuJoCo does on the CPU."""
+        mjMAXVAL is reset to the model defaults with time 0, as MuJoCo does on the CPU; returns
+        those worlds, N bool."""
         wp, d = self._wp, self._data
         for name, part in self._slices:
             field = getattr(d, name)
@@ -92,3 +100,4 @@ class WarpPhysics:
             warmstart = d.qacc_warmstart.numpy()
             warmstart[diverged] = 0.0  # the solver's next initial guess must not carry the NaNs
             d.qacc_warmstart.assign(warmstart)
+        return diverged
