@@ -18,10 +18,10 @@ import yaml
 
 from roborl.config_rules import check_choices, check_value, param
 from roborl.errors import UserError
+from roborl.policies.activations import ACTIVATIONS
 from roborl.policies.configuration_diffusion import DPPOConfig
 from roborl.policies.configuration_flow import FlowNoiseConfig, FlowSDEConfig, FPOConfig
 from roborl.policies.configuration_pi0 import Pi0Spec
-from roborl.policies.gaussian import ACTIVATIONS
 from roborl.policies.lerobot.configuration import LeRobotSpec
 from roborl.policies.vla.spec import VLASpec
 from roborl.sim.randomization import Randomization

@@ -47,3 +47,21 @@ def test_damped_least_squares_is_the_pseudo_inverse_step_with_a_null_space_bias(
     # undamped, the step reaches the task-space error exactly whatever the bias: the bias lives in J's null space
     exact = damped_least_squares(err, jac, bias, 1e-7)
     torch.testing.assert_close((jac @ exact[..., None]).squeeze(-1), err, rtol=0, atol=1e-8)
+
+
+def test_the_orientation_holding_step_is_the_damped_step_on_its_position_and_rotation_errors():
+    from roborl.sim.kinematics import orientation_hold_step
+    from roborl.tasks.arm import HOME
+
+    model = mujoco.MjModel.from_xml_path(str(ASSETS / "push.xml"))
+    chain = SerialChain(model, "tcp")
+    gen = torch.Generator().manual_seed(2)
+    q = HOME + 0.3 * torch.randn(16, 7, dtype=torch.float64, generator=gen)
+    p, R, J = chain.jacobian(q)
+    down = chain.forward(HOME[None])[1][0]
+    target = p + 0.05 * torch.randn(16, 3, dtype=torch.float64, generator=gen)
+    rot_err = 0.5 * torch.linalg.cross(R, down.expand_as(R), dim=1).sum(-1)
+    expected = damped_least_squares(torch.cat([target - p, rot_err], -1), J, 0.1 * (HOME - q), 0.05)
+    torch.testing.assert_close(orientation_hold_step(q, target, p, R, J, down, HOME, 0.1, 0.05), expected,
+                               rtol=1e-12, atol=1e-12)
+    assert rot_err.abs().max() > 1e-2  # the rotation error is part of what was compared

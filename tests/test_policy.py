@@ -76,3 +76,19 @@ def test_ppo_clip_high_widens_only_the_upper_bound():
             assert torch.allclose(terms["policy_loss"], capped(hi).mean(), atol=1e-5)
             outside = ((ratio > 1 + hi) | (ratio < 0.8)).float().mean()
             assert torch.allclose(terms["clip_frac"], outside)
+
+
+def test_the_tanh_activation_is_tanh_in_value_gradient_and_export():
+    from roborl.policies.activations import Tanh
+
+    x = torch.linspace(-12, 12, 20001).requires_grad_()
+    y = Tanh()(x)
+    assert (y - torch.tanh(x)).abs().max() < 3e-7  # 2·sigmoid(2x) - 1, rounded in float32
+    y.backward(torch.ones_like(y))
+    ref = x.detach().clone().requires_grad_()
+    torch.tanh(ref).sum().backward()
+    assert torch.allclose(x.grad, ref.grad, atol=1e-6)
+    with torch.no_grad():
+        assert torch.equal(Tanh()(x), y.detach())  # inference computes what training does
+    traced = torch.jit.trace(torch.nn.Sequential(torch.nn.Linear(3, 4), Tanh()), torch.randn(2, 3))
+    assert "aten::tanh" in str(traced.inlined_graph)  # exported policies hold the standard operator

@@ -12,13 +12,13 @@ from torch import nn
 from torch.distributions import Normal
 
 from roborl.policies.act import Act
+from roborl.policies.activations import ACTIVATIONS
 from roborl.policies.base import Policy
 from roborl.policies.cnn import CNNEncoder
 from roborl.policies.multi_agent import PerAgentActor
 from roborl.policies.normalizer import RunningNormalizer
 from roborl.policies.per_machine import PerMachineActor
 
-ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 

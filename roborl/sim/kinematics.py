@@ -29,11 +29,11 @@ def _homogeneous(rot: np.ndarray, pos: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _walk_chain(theta, fixed, axis, pos, rot, jac):  # pragma: no cover - compiled
-    """For each row of theta (N×J joint angles from qpos0): site position (N×3), rotation (N×3×3) and the
-    6×J geometric Jacobian (linear rows first). fixed[k] maps joint k's frame (after its rotation) to joint
-    k+1's anchor; fixed[0] is the world to joint 0's anchor; the last one ends at the site."""
-    n, dof = theta.shape
+def _walk_chain(q, qpos0, fixed, axis, pos, rot, jac):  # pragma: no cover - compiled
+    """For each row of q (N×J joint angles; qpos0, the angles of the model's own pose): site position (N×3),
+    rotation (N×3×3) and the 6×J geometric Jacobian (linear rows first). fixed[k] maps joint k's frame (after
+    its rotation) to joint k+1's anchor; fixed[0] is the world to joint 0's anchor; the last one ends at the site."""
+    n, dof = q.shape
     T = np.empty((4, 4))
     S = np.empty((4, 4))
     M = np.empty((4, 4))
@@ -47,7 +47,8 @@ def _walk_chain(theta, fixed, axis, pos, rot, jac):  # pragma: no cover - compil
                 axes[j, r] = T[r, 0] * kx + T[r, 1] * ky + T[r, 2] * kz
                 anchors[j, r] = T[r, 3]
             # Rodrigues: rotation by theta about the unit axis k, then the fixed transform to the next anchor
-            s, c = np.sin(theta[i, j]), np.cos(theta[i, j])
+            theta = q[i, j] - qpos0[j]
+            s, c = np.sin(theta), np.cos(theta)
             v = 1.0 - c
             S[0, 0], S[0, 1], S[0, 2] = c + kx * kx * v, kx * ky * v - kz * s, kx * kz * v + ky * s
             S[1, 0], S[1, 1], S[1, 2] = ky * kx * v + kz * s, c + ky * ky * v, ky * kz * v - kx * s
@@ -75,46 +76,73 @@ def _walk_chain(theta, fixed, axis, pos, rot, jac):  # pragma: no cover - compil
 
 
 @numba.njit(cache=True)
-def _dls_step(err, jac, bias, damping, dq):  # pragma: no cover - compiled
-    """dq = J⁺ (err - J b) + b per row, with J⁺ = Jᵀ (J Jᵀ + λ² I)⁻¹: the damped least-squares step toward
-    the 6-d error `err`, plus the bias step `b` projected onto the null space of J (that is what
-    J⁺ err + (I - J⁺ J) b equals). One Cholesky solve of the 6×6 system per row."""
-    n, m, dof = jac.shape
-    A = np.empty((m, m))
-    y = np.empty(m)
-    for i in range(n):
-        for r in range(m):
-            acc = err[i, r]
-            for k in range(dof):
-                acc -= jac[i, r, k] * bias[i, k]
-            y[r] = acc
-            for c in range(r + 1):
-                acc = 0.0
-                for k in range(dof):
-                    acc += jac[i, r, k] * jac[i, c, k]
-                A[r, c] = acc
-            A[r, r] += damping * damping
-        for r in range(m):  # Cholesky, lower triangle in place
-            for c in range(r + 1):
-                acc = A[r, c]
-                for k in range(c):
-                    acc -= A[r, k] * A[c, k]
-                A[r, c] = np.sqrt(acc) if r == c else acc / A[c, c]
-        for r in range(m):  # L z = y
-            acc = y[r]
-            for k in range(r):
-                acc -= A[r, k] * y[k]
-            y[r] = acc / A[r, r]
-        for r in range(m - 1, -1, -1):  # Lᵀ x = z
-            acc = y[r]
-            for k in range(r + 1, m):
-                acc -= A[k, r] * y[k]
-            y[r] = acc / A[r, r]
+def _dls_row(err, jac, bias, damping, A, y, dq):  # pragma: no cover - compiled
+    """dq = J⁺ (err - J b) + b for one row, with J⁺ = Jᵀ (J Jᵀ + λ² I)⁻¹: the damped least-squares step
+    toward the 6-d error `err`, plus the bias step `b` projected onto the null space of J (that is what
+    J⁺ err + (I - J⁺ J) b equals). One Cholesky solve of the 6×6 system; A (m×m) and y (m) are scratch."""
+    m, dof = jac.shape
+    for r in range(m):
+        acc = err[r]
         for k in range(dof):
-            acc = bias[i, k]
-            for r in range(m):
-                acc += jac[i, r, k] * y[r]
-            dq[i, k] = acc
+            acc -= jac[r, k] * bias[k]
+        y[r] = acc
+        for c in range(r + 1):
+            acc = 0.0
+            for k in range(dof):
+                acc += jac[r, k] * jac[c, k]
+            A[r, c] = acc
+        A[r, r] += damping * damping
+    for r in range(m):  # Cholesky, lower triangle in place
+        for c in range(r + 1):
+            acc = A[r, c]
+            for k in range(c):
+                acc -= A[r, k] * A[c, k]
+            A[r, c] = np.sqrt(acc) if r == c else acc / A[c, c]
+    for r in range(m):  # L z = y
+        acc = y[r]
+        for k in range(r):
+            acc -= A[r, k] * y[k]
+        y[r] = acc / A[r, r]
+    for r in range(m - 1, -1, -1):  # Lᵀ x = z
+        acc = y[r]
+        for k in range(r + 1, m):
+            acc -= A[k, r] * y[k]
+        y[r] = acc / A[r, r]
+    for k in range(dof):
+        acc = bias[k]
+        for r in range(m):
+            acc += jac[r, k] * y[r]
+        dq[k] = acc
+
+
+@numba.njit(cache=True)
+def _dls_step(err, jac, bias, damping, dq):  # pragma: no cover - compiled
+    n, m, _ = jac.shape
+    A, y = np.empty((m, m)), np.empty(m)
+    for i in range(n):
+        _dls_row(err[i], jac[i], bias[i], damping, A, y, dq[i])
+
+
+@numba.njit(cache=True)
+def _orientation_hold_step(q, target, pos, rot, jac, down, rest, rest_gain, damping, dq):  # pragma: no cover
+    """The DLS step per row toward `target` (position) with the orientation error to `down`,
+    0.5 Σ_k rot[:, k] × down[:, k], and the bias rest_gain · (rest - q)."""
+    n, m, dof = jac.shape
+    A, y = np.empty((m, m)), np.empty(m)
+    err, bias = np.empty(m), np.empty(dof)
+    for i in range(n):
+        for r in range(3):
+            err[r] = target[i, r] - pos[i, r]
+        err[3], err[4], err[5] = 0.0, 0.0, 0.0
+        for k in range(3):
+            rx, ry, rz = rot[i, 0, k], rot[i, 1, k], rot[i, 2, k]
+            dx, dy, dz = down[0, k], down[1, k], down[2, k]
+            err[3] += 0.5 * (ry * dz - rz * dy)
+            err[4] += 0.5 * (rz * dx - rx * dz)
+            err[5] += 0.5 * (rx * dy - ry * dx)
+        for k in range(dof):
+            bias[k] = rest_gain * (rest[k] - q[i, k])
+        _dls_row(err, jac[i], bias, damping, A, y, dq[i])
 
 
 def damped_least_squares(err: torch.Tensor, jac: torch.Tensor, bias: torch.Tensor,
@@ -123,6 +151,19 @@ def damped_least_squares(err: torch.Tensor, jac: torch.Tensor, bias: torch.Tenso
     damped by `damping`, while moving along `bias` (N×J) only in the null space of the task (float64, CPU)."""
     dq = np.empty((jac.shape[0], jac.shape[2]))
     _dls_step(err.numpy(), jac.numpy(), bias.numpy(), float(damping), dq)
+    return torch.from_numpy(dq)
+
+
+def orientation_hold_step(q: torch.Tensor, target: torch.Tensor, pos: torch.Tensor, rot: torch.Tensor,
+                          jac: torch.Tensor, down: torch.Tensor, rest: torch.Tensor, rest_gain: float,
+                          damping: float = 0.05) -> torch.Tensor:
+    """`damped_least_squares` toward the position `target` (N×3) from the site pose (pos N×3, rot N×3×3)
+    while turning the site's rotation toward `down` (3×3), err = [target - pos, ½ Σ_k rot[:, k] × down[:, k]],
+    with the null-space bias rest_gain · (rest - q) (rest: J). One compiled pass over the rows: built from
+    torch ops, the error and bias cost more dispatches than the step itself (float64, CPU)."""
+    dq = np.empty((jac.shape[0], jac.shape[2]))
+    _orientation_hold_step(q.numpy(), target.numpy(), pos.numpy(), rot.numpy(), jac.numpy(), down.numpy(),
+                           rest.numpy(), float(rest_gain), float(damping), dq)
     return torch.from_numpy(dq)
 
 
@@ -162,7 +203,7 @@ class SerialChain:
         self._fixed = np.ascontiguousarray(np.stack(fixed))  # (J+1)×4×4
         self._axis = np.ascontiguousarray(np.array(axes, dtype=np.float64))
         self.qpos_adr = torch.tensor(qadr)
-        self.qpos0 = torch.tensor(model.qpos0[qadr], dtype=torch.float64)
+        self._qpos0 = np.ascontiguousarray(model.qpos0[qadr], dtype=np.float64)
         self.lower = torch.tensor(np.array(ranges)[:, 0], dtype=torch.float64)
         self.upper = torch.tensor(np.array(ranges)[:, 1], dtype=torch.float64)
         self.dof = len(axes)
@@ -174,8 +215,8 @@ class SerialChain:
 
     def jacobian(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Site position, rotation, and the 6×J geometric Jacobian (linear rows first)."""
-        theta = (q.detach().to("cpu", torch.float64) - self.qpos0).numpy()
-        n = theta.shape[0]
+        q = q.detach().to("cpu", torch.float64).numpy()
+        n = q.shape[0]
         pos, rot, jac = np.empty((n, 3)), np.empty((n, 3, 3)), np.empty((n, 6, self.dof))
-        _walk_chain(theta, self._fixed, self._axis, pos, rot, jac)
+        _walk_chain(q, self._qpos0, self._fixed, self._axis, pos, rot, jac)
         return torch.from_numpy(pos), torch.from_numpy(rot), torch.from_numpy(jac)

@@ -209,7 +209,7 @@ class MujocoVecEnv(VecEnv):
 
         ev = self._evaluate()
         reward, success = ev["reward"].float(), ev["success"]
-        terminated = ev.get("terminated", torch.zeros(self.num_envs, dtype=torch.bool))
+        terminated = ev["terminated"] if "terminated" in ev else torch.zeros(self.num_envs, dtype=torch.bool)
         if any_unstable:
             reward, success = reward.masked_fill(unstable, 0.0), success & ~unstable
             terminated = terminated | unstable

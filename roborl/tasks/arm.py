@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from roborl.sim.errors import SimError
-from roborl.sim.kinematics import SerialChain, damped_least_squares
+from roborl.sim.kinematics import SerialChain, orientation_hold_step
 from roborl.sim.mujoco_env import MujocoVecEnv
 
 ASSETS = Path(__file__).parent / "assets"
@@ -25,8 +25,7 @@ def ik_step(q: torch.Tensor, target: torch.Tensor, p: torch.Tensor, R: torch.Ten
             down: torch.Tensor, damping: float = 0.05) -> torch.Tensor:
     """Damped least-squares joint step toward `target` with the gripper held at the orientation `down`, from
     the TCP pose (p, R) and Jacobian J at q; the null space pulls toward the home posture."""
-    rot_err = 0.5 * torch.linalg.cross(R, down.expand_as(R), dim=1).sum(-1)
-    return damped_least_squares(torch.cat([target - p, rot_err], -1), J, 0.1 * (HOME - q), damping)
+    return orientation_hold_step(q, target, p, R, J, down, HOME, 0.1, damping)
 
 
 class ArmEnv(MujocoVecEnv):
@@ -99,9 +98,8 @@ class ArmEnv(MujocoVecEnv):
             q_target = q + action[:, :7] * self.max_joint_step
         else:
             q_target = self.chain.lower + (action[:, :7] + 1) / 2 * (self.chain.upper - self.chain.lower)
-        q_target = torch.maximum(torch.minimum(q_target, self.chain.upper), self.chain.lower)
-        finger = (action[:, -1:] + 1) / 2 * FINGER_OPEN
-        return torch.cat([q_target, finger, finger], -1)
+        finger = (action[:, -1:] + 1) * (FINGER_OPEN / 2)
+        return torch.cat([q_target.clamp(self.chain.lower, self.chain.upper), finger, finger], -1)
 
     def action_scaling(self) -> dict[str, list]:
         finger = {"scale": [FINGER_OPEN / 2], "offset": [FINGER_OPEN / 2], "units": ["m finger opening"]}
@@ -119,4 +117,5 @@ class ArmEnv(MujocoVecEnv):
         return ik_step(q, target, p, R, J, self.down, damping)
 
     def _arm_obs(self) -> torch.Tensor:
-        return torch.cat([self.arm_q, 0.1 * self.qvel[:, :7], self.gripper_gap[:, None] * 10, self.tcp], -1)
+        gap = self.qpos[:, 7:9].sum(-1, keepdim=True)  # gripper_gap, kept 2-d for the concatenation
+        return torch.cat([self.arm_q, 0.1 * self.qvel[:, :7], gap * 10, self.tcp], -1)

@@ -26,7 +26,7 @@ class CubePushing:
     def push_pose(self) -> torch.Tensor:
         """Where the TCP should be to push the cube toward the goal: just behind it, low."""
         xy = self.cube.pos[:, :2] - self.push_direction * (CUBE_HALF + 0.02)
-        return torch.cat([xy, torch.full_like(xy[:, :1], 0.015)], -1)
+        return torch.nn.functional.pad(xy, (0, 1), value=0.015)
 
 
 class PushEnv(CubePushing, ArmEnv):
@@ -55,15 +55,17 @@ class PushEnv(CubePushing, ArmEnv):
         return torch.cat([self._arm_obs(), c, self.cube.quat, self.goal, c - self.tcp, self.goal - c], -1)
 
     def _evaluate(self) -> dict[str, torch.Tensor]:
-        c = self.cube.pos
-        reach = (self.push_pose() - self.tcp).norm(dim=-1)
+        c, tcp = self.cube.pos, self.tcp
+        reach = (self.push_pose() - tcp).norm(dim=-1)
         to_goal = (self.goal[:, :2] - c[:, :2]).norm(dim=-1)
         off_table = c[:, 2] < -0.05
-        success = (to_goal < SUCCESS_DIST) & ~off_table
-        touching = (c - self.tcp).norm(dim=-1) < CUBE_HALF + 0.03
-        reward = (1 - torch.tanh(5 * reach)) + 2 * (1 - torch.tanh(5 * to_goal)) + 3 * success.double()
-        labels = torch.stack([touching, to_goal < SUCCESS_DIST, off_table], -1)
-        return {"reward": reward / 6, "success": success, "labels": labels, "terminated": off_table}
+        at_goal = to_goal < SUCCESS_DIST
+        success = at_goal & ~off_table
+        touching = (c - tcp).norm(dim=-1) < CUBE_HALF + 0.03
+        # (1 - tanh(5 reach)) + 2 (1 - tanh(5 to_goal)) + 3 success, over 6
+        reward = (3 - torch.tanh(5 * reach) - 2 * torch.tanh(5 * to_goal) + 3 * success) / 6
+        labels = torch.stack([touching, at_goal, off_table], -1)
+        return {"reward": reward, "success": success, "labels": labels, "terminated": off_table}
 
     def _markers(self):
         return [(self.goal, (0.1, 0.9, 0.1, 0.5), 0.02)]
