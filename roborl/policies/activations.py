@@ -13,10 +13,14 @@ import torch
 from torch import nn
 
 
+def _tanh_by_sigmoid(x: torch.Tensor) -> torch.Tensor:
+    return torch.sigmoid(x * 2).mul_(2).sub_(1)
+
+
 class _SigmoidTanh(torch.autograd.Function):
     @staticmethod
     def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:
-        y = torch.sigmoid(x * 2).mul_(2).sub_(1)
+        y = _tanh_by_sigmoid(x)
         ctx.save_for_backward(y)
         return y
 
@@ -34,7 +38,7 @@ class Tanh(nn.Module):
             return torch.tanh(x)
         if x.requires_grad and torch.is_grad_enabled():
             return _SigmoidTanh.apply(x)
-        return torch.sigmoid(x * 2).mul_(2).sub_(1)
+        return _tanh_by_sigmoid(x)  # without the autograd node, which inference does not need
 
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}

@@ -63,7 +63,7 @@ class ArmEnv(MujocoVecEnv):
     @property
     def gripper_gap(self) -> torch.Tensor:
         """Distance between the finger pads (m)."""
-        return self.qpos[:, 7] + self.qpos[:, 8]
+        return self.qpos[:, 7:9].sum(-1)
 
     def kinematics(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """TCP position, rotation and Jacobian, computed once per physics state (obs, reward and IK share it)."""
@@ -117,5 +117,4 @@ class ArmEnv(MujocoVecEnv):
         return ik_step(q, target, p, R, J, self.down, damping)
 
     def _arm_obs(self) -> torch.Tensor:
-        gap = self.qpos[:, 7:9].sum(-1, keepdim=True)  # gripper_gap, kept 2-d for the concatenation
-        return torch.cat([self.arm_q, 0.1 * self.qvel[:, :7], gap * 10, self.tcp], -1)
+        return torch.cat([self.arm_q, 0.1 * self.qvel[:, :7], self.gripper_gap[:, None] * 10, self.tcp], -1)
