@@ -138,6 +138,8 @@ class PPOConfig:
     clip: float = param(0.2, gt=0, lt=1)  # the probability ratio is clipped to [1 − clip, 1 + clip]
     # the ratio's upper clip range, 1 + clip_high (None: algo.clip); DAPO's clip-higher
     clip_high: float | None = param(None, gt=0)
+    # the policy loss: "clip" (PPO) or "asymmetric" (PPO's clip where A > 0, SPO's penalty where A < 0: FPO++)
+    surrogate: str = param("clip", choices=("clip", "asymmetric"))
     # G > 1: each iteration starts groups of G envs from one state; advantages centered per group
     group_size: int = param(1, ge=1)
     epochs: int = param(4, ge=1)  # passes over each rollout per update

@@ -78,6 +78,20 @@ def test_ppo_clip_high_widens_only_the_upper_bound():
             assert torch.allclose(terms["clip_frac"], outside)
 
 
+def test_the_asymmetric_surrogate_is_ppo_for_good_actions_and_pulls_bad_ones_back_to_the_bound():
+    from roborl.algos.ppo import asymmetric_surrogate, clipped_surrogate
+
+    ratio = torch.tensor([0.5, 0.9, 0.95, 1.0, 1.04, 1.2]).requires_grad_()
+    good, bad = torch.full((6,), 2.0), torch.full((6,), -2.0)
+    assert torch.equal(asymmetric_surrogate(ratio, good, 0.05, 0.05), clipped_surrogate(ratio, good, 0.05, 0.05))
+    loss = asymmetric_surrogate(ratio, bad, 0.05, 0.05)
+    (grad,) = torch.autograd.grad(loss.sum(), ratio)
+    # minimizing lowers r toward 1 − ε and raises it back from below, where clipping alone stops pulling
+    assert grad[0] < 0 and grad[1] < 0 and abs(grad[2]) < 1e-5 and grad[3] > 0 and grad[5] > 0
+    (clip_grad,) = torch.autograd.grad(clipped_surrogate(ratio, bad, 0.05, 0.05).sum(), ratio)
+    assert clip_grad[0] == 0 and clip_grad[1] == 0
+    assert torch.allclose(loss[3], torch.tensor(2.0))  # on-policy both objectives are −A
+
 def test_the_tanh_activation_is_tanh_in_value_gradient_and_export():
     from roborl.policies.activations import Tanh
 

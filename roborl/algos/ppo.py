@@ -43,6 +43,19 @@ def clipped_surrogate(ratio: torch.Tensor, adv: torch.Tensor, clip_low: float | 
     return torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip_low, 1 + clip_high))
 
 
+def asymmetric_surrogate(ratio: torch.Tensor, adv: torch.Tensor, clip_low: float | torch.Tensor,
+                         clip_high: float | torch.Tensor) -> torch.Tensor:
+    """PPO's clipped loss where A > 0 and SPO's −(A·r − |A|·(r − 1)²/(2ε_low)) where A < 0 (FPO++'s
+    asymmetric trust region). Clipping only stops the gradient once r < 1 − ε; SPO's penalty pulls r back
+    there. That matters for FPO, whose r = exp(ℓ_old − ℓ_new) lowers by raising the flow-matching loss ℓ
+    without bound: under clipping alone the loss of the policy on its own samples keeps climbing."""
+    spo = -(adv * ratio - adv.abs() * (ratio - 1).square() / (2 * clip_low))
+    return torch.where(adv > 0, clipped_surrogate(ratio, adv, clip_low, clip_high), spo)
+
+
+SURROGATES = {"clip": clipped_surrogate, "asymmetric": asymmetric_surrogate}  # algo.surrogate
+
+
 def clip_active(ratio: torch.Tensor, adv: torch.Tensor, clip_low: float | torch.Tensor,
                 clip_high: float | torch.Tensor) -> torch.Tensor:
     """Rows whose gradient the clip removes: the ratio is past the bound the advantage pushes toward."""
@@ -176,7 +189,7 @@ class PPO(Algorithm):
         with torch.no_grad():
             approx_kl = ((ratio - 1) - log_ratio).mean()
             clip_frac = ((ratio > 1 + clip_high) | (ratio < 1 - clip)).float().mean()
-        policy_loss = clipped_surrogate(ratio, adv, clip, clip_high)
+        policy_loss = SURROGATES[cfg.surrogate](ratio, adv, clip, clip_high)
         if "behaviour_weights" in mb:  # rows from an older policy (asynchronous rollouts): decoupled PPO
             w = mb["behaviour_weights"]
             policy_loss = policy_loss * (w if policy_loss.dim() == 1 else w[:, None])
