@@ -56,6 +56,7 @@ def test_rgb_policy_trains_one_update():
     assert buf.obs["rgb"].dtype == torch.uint8 and buf.obs["rgb"].shape == (4, 2, 48, 48, 3)
     stats = algo.update(buf)
     assert math.isfinite(stats["policy_loss"]) and math.isfinite(stats["value_loss"])
+    assert stats["log_prob"] == float(buf.log_probs.mean())  # the rollout's own actions, before the update
     assert any(not torch.equal(a, b) for a, b in zip(before, policy.encoder.parameters()))
     env.close()
 

@@ -267,6 +267,9 @@ class PPO(Algorithm):
         if "cost_advantages" in data:
             out["lagrange_multiplier"] = self.lagrange
         out["explained_variance"] = float(1 - (data["returns"] - data["values"]).var() / (data["returns"].var() + 1e-8))
+        # the rollout's mean log-prob of its own actions: a sharpening or spreading policy shows here; for FPO it is
+        # minus the flow-matching loss on its own samples, which climbs when the flow drifts from them
+        out["log_prob"] = float(data["log_probs"].mean())
         return out
 
     def _adapt_lr(self, kl: float) -> None:
