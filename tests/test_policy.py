@@ -93,6 +93,7 @@ def test_the_asymmetric_surrogate_is_ppo_for_good_actions_and_pulls_bad_ones_bac
     assert clip_grad[0] == 0 and clip_grad[1] == 0
     assert torch.allclose(loss[3], torch.tensor(2.0))  # on-policy both objectives are −A
 
+
 def test_the_tanh_activation_is_tanh_in_value_gradient_and_export():
     from roborl.policies.activations import Tanh
 
