@@ -126,6 +126,31 @@ def test_ppo_on_a_rollout_buffer_starts_at_ratio_one():
     check_ppo_starts_at_ratio_one(pi0("flow_noise"), obs_batch)
 
 
+@pytest.mark.parametrize("finetune", ["frozen", "lora"])
+def test_a_bfloat16_prefix_keeps_what_trains_in_float32_so_small_updates_land(finetune):
+    """With `dtype: bfloat16` the prefix's frozen weights are bfloat16, while the expert, the adapters and the
+    heads stay float32: one Adam step at RL's learning rate (1e-5) moves nearly all of the expert's weights,
+    where bfloat16 weights would round most of such steps away. PPO still starts at ratio one."""
+    policy = pi0("flow_noise", finetune=finetune, dtype="bfloat16")
+    frozen = [p for p in policy.pi0.model.vlm.parameters() if not p.requires_grad]
+    trained = [p for p in policy.parameters() if p.requires_grad]
+    assert frozen and all(p.dtype == torch.bfloat16 for p in frozen)
+    assert trained and all(p.dtype == torch.float32 for p in trained)
+    check_ppo_starts_at_ratio_one(policy, obs_batch)
+    expert = {n: p.clone() for n, p in policy.pi0.model.dit.named_parameters() if "embed_tokens" not in n}  # unused
+    opt = torch.optim.Adam(trained, lr=1e-5)
+    obs = obs_batch()
+    with torch.no_grad():  # as in a rollout
+        act = policy.act(obs)
+    log_prob, _, value = policy.evaluate(obs, act)
+    opt.zero_grad()
+    (-log_prob.mean() + value.square().mean()).backward()
+    opt.step()
+    now = dict(policy.pi0.model.dit.named_parameters())
+    moved = sum(int((now[n] != p).sum()) for n, p in expert.items())
+    assert moved > 0.9 * sum(p.numel() for p in expert.values())
+
+
 def test_lora_moves_adapters_and_expert_and_leaves_the_prefix_weights_bit_identical():
     policy = pi0("flow_noise", finetune="lora")
     named = dict(policy.named_parameters())

@@ -20,7 +20,8 @@ class Pi0Spec:
     finetune: str = field(default="frozen", metadata={"choices": PI0_FINETUNE})
     lora_rank: int = field(default=8, metadata={"ge": 1})  # r of the LoRA adapters (finetune: lora)
     lora_alpha: int = field(default=16, metadata={"ge": 1})  # their scale α (the update is scaled by α / r)
-    dtype: str = field(default="float32", metadata={"choices": ("float32", "bfloat16")})  # of the prefix (VLM)
+    # the frozen prefix's storage and every forward pass's autocast dtype; what trains stays float32
+    dtype: str = field(default="float32", metadata={"choices": ("float32", "bfloat16")})
     max_text_tokens: int = field(default=16, metadata={"ge": 1})  # instruction tokens after the image tokens
     value_hidden: list[int] = field(default_factory=lambda: [64], metadata={"ge": 1})  # value head on the prefix
     noise_hidden: list[int] = field(default_factory=lambda: [64], metadata={"ge": 1})  # flow-noise std head

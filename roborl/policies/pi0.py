@@ -123,7 +123,7 @@ class Pi0Policy(ExecutedChunk, Policy):
         self.image_token_id = c.vlm_config.image_token_id
         vision = c.vlm_config.vision_config
         self.image_size, self.image_tokens = vision.image_size, (vision.image_size // vision.patch_size) ** 2
-        self.model = self._finetune(model.to(self.dtype))
+        self.model = self._finetune(self._cast(model))
         width = c.vlm_config.text_config.hidden_size
         self.normalizer = RunningNormalizer(state_dim)
         self.register_buffer("normalizer_fitted", torch.tensor(False))
@@ -133,6 +133,19 @@ class Pi0Policy(ExecutedChunk, Policy):
                                   "tanh", 0.01)
             nn.init.zeros_(self.noise_head[-1].weight)
             nn.init.zeros_(self.noise_head[-1].bias)
+
+    def _cast(self, model: nn.Module) -> nn.Module:
+        """The prefix is stored in `spec.dtype` where it does not train (frozen, lora: peft keeps its adapters in
+        float32); what trains is stored in float32, since a bfloat16 weight rounds away updates below about 1/256
+        of itself (RL's learning rates of 1e-5 included). Forward passes run under autocast to `spec.dtype`."""
+        stored = {id(t): self.dtype for t in model.model.vlm.parameters()} if self.spec.finetune != "full" else {}
+        for tensor in (*model.parameters(), *model.buffers()):
+            if tensor.is_floating_point():
+                tensor.data = tensor.data.to(stored.get(id(tensor), torch.float32))
+        return model
+
+    def autocast(self, device: torch.device) -> contextlib.AbstractContextManager:
+        return torch.autocast(device.type, dtype=self.dtype, enabled=self.dtype != torch.float32)
 
     def _finetune(self, model: nn.Module) -> nn.Module:
         """frozen: the PaliGemma prefix runs without autograd; lora: adapters on its language model's attention;
@@ -209,7 +222,7 @@ class Pi0Policy(ExecutedChunk, Policy):
         pixel_mask = torch.ones(n, 1, dtype=torch.bool, device=text.device)
         model = self.pi0.model
         grad = contextlib.nullcontext() if self.spec.finetune != "frozen" else torch.no_grad()
-        with grad:
+        with grad, self.autocast(text.device):
             embeds = model.embed_prefix(input_ids, self.images(obs["rgb"]), pixel_mask)
             out = model.vlm(inputs_embeds=embeds, attention_mask=mask, position_ids=mask.cumsum(-1) - 1,
                             token_type_ids=torch.zeros_like(mask), use_cache=True)
@@ -227,9 +240,9 @@ class Pi0Policy(ExecutedChunk, Policy):
     def velocity(self, x: torch.Tensor, tau: torch.Tensor, cond: Pi0Prefix) -> torch.Tensor:
         """actions − noise at τ = 1 − t: minus pi0's prediction of noise − actions at its time t."""
         tau = tau.expand(x.shape[0]) if tau.dim() == 0 else tau
-        out = self.model(state=cond.state, noise=x.to(self.dtype), timestep=(1 - tau).float(),
-                         attention_mask=cond.attention_mask, pixel_attention_mask=cond.pixel_attention_mask,
-                         cache=cond.cache)
+        with self.autocast(x.device):
+            out = self.model(state=cond.state, noise=x, timestep=(1 - tau).float(), attention_mask=cond.attention_mask,
+                             pixel_attention_mask=cond.pixel_attention_mask, cache=cond.cache)
         cond.cache.crop(cond.length - cond.cache.get_seq_length())  # back to the prefix alone, as sample_actions does
         return -out.logits.float()
 
