@@ -22,13 +22,12 @@ import time
 from pathlib import Path
 
 import torch
-from study import write_results
+from study import started_runner, write_results
 
 from roborl.config import load_config
 from roborl.policies.configuration_pi0 import Pi0Spec
 from roborl.policies.pi0 import tiny_pi0
 from roborl.policies.vla.tokenizer import word_tokenizer
-from roborl.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "ppo_pi0_tabletop.yaml"
@@ -64,15 +63,10 @@ def measure(overrides: list[str], iterations: int, device: torch.device) -> dict
     """Rollout and update seconds, env steps/s and peak GPU memory (GiB) of the last of `iterations` iterations."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(CONFIG, [f"train.run_dir={tmp}", "train.name=bench", "train.progress=false",
-                                   "train.video=false", f"train.device={device}", "algo.critic_warmup=0",
-                                   "algo.target_kl=null", *overrides])
-        start = time.perf_counter()
-        trainer = Runner(cfg)
+    start = time.perf_counter()
+    with started_runner(CONFIG, [f"train.device={device}", "algo.critic_warmup=0", "algo.target_kl=null",
+                                 *overrides]) as trainer:
         load_s = time.perf_counter() - start
-        trainer.obs = trainer.env.reset(seed=0)
-        trainer.policy.update_normalizer(trainer.obs)
         for _ in range(iterations):
             synchronize(device)
             start = time.perf_counter()
@@ -84,8 +78,7 @@ def measure(overrides: list[str], iterations: int, device: torch.device) -> dict
         steps = trainer.algo.env_steps
         rollout_s = steps / stats["collect_sps"]
         trained = sum(p.numel() for p in trainer.policy.parameters() if p.requires_grad)
-        trainer.close()
-        del trainer
+    del trainer
     gc.collect()
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else float("nan")
     if device.type == "cuda":

@@ -13,16 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from study import write_results
-
-from roborl.config import load_config
-from roborl.runner import Runner
+from study import started_runner, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 PUSH = ROOT / "configs" / "ppo_push.yaml"
@@ -38,12 +34,7 @@ SETUPS = {  # name: overrides
 
 def training_rate(overrides: list[str], iterations: int, warmup: int) -> dict[str, float]:
     """Steps/s of `iterations` PPO iterations after `warmup` ones (compilation happens in those)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(PUSH, [f"train.run_dir={tmp}", "train.name=bench", "train.progress=false",
-                                 "train.video=false", *overrides])
-        trainer = Runner(cfg)
-        trainer.obs = trainer.env.reset(seed=0)
-        trainer.policy.update_normalizer(trainer.obs)
+    with started_runner(PUSH, overrides) as trainer:
         total = warmup + iterations
         collect = []
         start = 0.0
@@ -55,9 +46,8 @@ def training_rate(overrides: list[str], iterations: int, warmup: int) -> dict[st
             if i >= warmup:
                 collect.append(stats["collect_sps"])
         seconds = time.perf_counter() - start
-        trainer.env.close()
-        steps = iterations * cfg.env.num_envs * cfg.train.rollout_steps
-        return {"sps": steps / seconds, "collect_sps": float(np.median(collect))}
+        steps = iterations * trainer.env.num_envs * trainer.cfg.train.rollout_steps
+    return {"sps": steps / seconds, "collect_sps": float(np.median(collect))}
 
 
 def add_row(rows: list[tuple[str, dict[str, float]]], label: str, rate: dict[str, float]) -> None:

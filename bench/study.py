@@ -12,15 +12,19 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
 
+from roborl.config import load_config
 from roborl.plots import plot_bars, plot_curves
+from roborl.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -34,6 +38,21 @@ def run_once(run_dir: Path, name: str, reuse: bool, start: Callable[[], dict]) -
     if reuse and summary.is_file():
         return json.loads(summary.read_text())
     return start()
+
+
+@contextmanager
+def started_runner(config: Path, overrides: list[str]) -> Iterator[Runner]:
+    """A Runner of `config` in a temporary run directory (no progress bar, no videos), started (`Runner.start`)
+    and closed after: what a benchmark times `Runner.iterate` on."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = load_config(config, [f"train.run_dir={tmp}", "train.name=bench", "train.progress=false",
+                                   "train.video=false", *overrides])
+        runner = Runner(cfg)
+        try:
+            runner.start()
+            yield runner
+        finally:
+            runner.close()
 
 
 def first_reaching(history: list[list[float]], target: float) -> tuple[float, float] | None:

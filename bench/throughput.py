@@ -145,8 +145,7 @@ def ppo_config(n: int) -> Config:
 def our_ppo(n: int) -> tuple[Callable[[], int], Runner]:
     """The runner's own iteration (what `roborl train` repeats between evaluations)."""
     runner = Runner(ppo_config(n))
-    runner.obs = runner.env.reset(seed=0)
-    runner.policy.update_normalizer(runner.obs)
+    runner.start()
 
     def iteration() -> int:
         runner.iterate(10**9)

@@ -202,6 +202,13 @@ class Runner:
                 "train_violation_steps": self.train_violations, **self.collector.summary(), **self.algo.summary()}
 
     # ---- the loop -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Resets the envs for the next iteration and, before the first one, fits the observation normalizer to
+        them: what `train` does before its loop, and what a benchmark does before timing `iterate`."""
+        self.obs = self.env.reset(seed=self.cfg.train.seed + self.iteration)
+        if self.iteration == 0 and self.algo.steps_envs:
+            self.policy.update_normalizer(self.comm.gather_state(self.obs))
+
     def iterate(self, total_iters: int) -> tuple[dict[str, float], EpisodeLog]:
         """One iteration: the algorithm's data from the collector, then its update."""
         log = EpisodeLog()
@@ -227,13 +234,12 @@ class Runner:
         logger = self.make_logger(total_iters * plan.units_per_iteration)
         start = time.time()
         wall = self.wall_time_prev
-        self.obs = self.env.reset(seed=t.seed + self.iteration)
-        if self.iteration == 0 and self.algo.steps_envs:
-            self.policy.update_normalizer(self.comm.gather_state(self.obs))
-            if (cfg.policy.init or cfg.policy.kind == "residual") and t.eval_at_start:
-                result = self.run_eval(wall)
-                logger.scalars("eval", result, self.step)
-                logger.bar.write(f"[0 steps] eval success of the initial policy {result['success_rate']:.3f}")
+        self.start()
+        if self.iteration == 0 and self.algo.steps_envs and (cfg.policy.init or cfg.policy.kind == "residual") \
+                and t.eval_at_start:
+            result = self.run_eval(wall)
+            logger.scalars("eval", result, self.step)
+            logger.bar.write(f"[0 steps] eval success of the initial policy {result['success_rate']:.3f}")
         try:
             while self.iteration < total_iters:
                 it_start = time.time()
