@@ -31,6 +31,7 @@ from roborl.tasks.cube import Cube
 from roborl.tasks.language import DIRECTION_XY, DIRECTIONS, MAX_WORDS, TARGET_COLORS, TARGET_RGBA, TASK_NAMES, TEMPLATES
 from roborl.tasks.language import instructions as make_instructions
 from roborl.tasks.push import CubePushing
+from roborl.tasks.stack import placing_reward
 
 CUBE_LOW, CUBE_HIGH = [0.45, -0.12], [0.6, 0.12]
 BALL_LOW, BALL_HIGH = [0.4, -0.25, 0.08], [0.7, 0.25, 0.3]
@@ -240,7 +241,7 @@ class LangTabletopEnv(CubePushing, ArmEnv):
         on_top = (xy < 0.015) & (z < 0.008)
         stack_ok = on_top & ~grasped
         release = torch.where(on_top, (self.gripper_gap / 0.08).double(), torch.zeros_like(g))
-        place = 1 - torch.tanh(5 * to_goal)
+        place = placing_reward(c, goal)
         stack_r = (1 - torch.tanh(5 * reach)) + g + 2 * place * torch.maximum(g, on_top.double()) + release
         stack_r = torch.where(stack_ok, torch.full_like(stack_r, 8.0), stack_r) / 8
         rows = torch.arange(self.num_envs)
