@@ -31,7 +31,7 @@ from roborl.tasks.cube import Cube
 from roborl.tasks.language import DIRECTION_XY, DIRECTIONS, MAX_WORDS, TARGET_COLORS, TARGET_RGBA, TASK_NAMES, TEMPLATES
 from roborl.tasks.language import instructions as make_instructions
 from roborl.tasks.push import CubePushing
-from roborl.tasks.stack import placing_reward
+from roborl.tasks.stack import stacking_reward
 
 CUBE_LOW, CUBE_HIGH = [0.45, -0.12], [0.6, 0.12]
 BALL_LOW, BALL_HIGH = [0.4, -0.25, 0.08], [0.7, 0.25, 0.3]
@@ -237,13 +237,7 @@ class LangTabletopEnv(CubePushing, ArmEnv):
         lift_ok = grasped & (c[:, 2] > CUBE_HALF + LIFT_HEIGHT)
         lift_r = (1 - torch.tanh(5 * reach) + g + g * (1 - torch.tanh(5 * to_goal)) + 2 * lift_ok.double()) / 5
         # stack
-        xy, z = (goal[:, :2] - c[:, :2]).norm(dim=-1), (goal[:, 2] - c[:, 2]).abs()
-        on_top = (xy < 0.015) & (z < 0.008)
-        stack_ok = on_top & ~grasped
-        release = torch.where(on_top, (self.gripper_gap / 0.08).double(), torch.zeros_like(g))
-        place = placing_reward(c, goal)
-        stack_r = (1 - torch.tanh(5 * reach)) + g + 2 * place * torch.maximum(g, on_top.double()) + release
-        stack_r = torch.where(stack_ok, torch.full_like(stack_r, 8.0), stack_r) / 8
+        stack_r, stack_ok = stacking_reward(c, goal, tcp, grasped, self.gripper_gap)
         rows = torch.arange(self.num_envs)
         success = torch.stack([reach_ok, push_ok, lift_ok, stack_ok], 0)[task, rows]
         reward = torch.stack([reach_r, push_r, lift_r, stack_r], 0)[task, rows]

@@ -25,6 +25,22 @@ def placing_reward(cube: torch.Tensor, resting: torch.Tensor) -> torch.Tensor:
     return 1 - torch.tanh(5 * (target - cube).norm(dim=-1))
 
 
+def stacking_reward(cube: torch.Tensor, resting: torch.Tensor, tcp: torch.Tensor, grasped: torch.Tensor,
+                    gripper_gap: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reward in [0, 1] and the success of stacking `cube` on its `resting` place (N×3 each): reach the cube,
+    hold it, carry it there (`placing_reward`), open the gripper; success, worth the most, is the cube within
+    1.5 cm (xy) and 8 mm (height) of that place and let go. mujoco/Stack and LangTabletop's stack task share it."""
+    offset = resting - cube
+    on_top = (offset[:, :2].norm(dim=-1) < 0.015) & (offset[:, 2].abs() < 0.008)
+    success = on_top & ~grasped
+    g = grasped.double()
+    reach = (cube - tcp).norm(dim=-1)
+    release = torch.where(on_top, (gripper_gap / 0.08).double(), torch.zeros_like(g))
+    reward = (1 - torch.tanh(5 * reach)) + g + 2 * placing_reward(cube, resting) * torch.maximum(g, on_top.double()) \
+        + release
+    return torch.where(success, torch.full_like(reward, 8.0), reward) / 8, success
+
+
 class StackEnv(ArmEnv):
     scene = "stack.xml"
     instruction = "stack the red cube on the blue cube"
@@ -60,20 +76,11 @@ class StackEnv(ArmEnv):
 
     def _evaluate(self) -> dict[str, torch.Tensor]:
         a = self.cube.pos
-        offset = self.stack_target - a
-        xy, z = offset[:, :2].norm(dim=-1), offset[:, 2].abs()
         grasped = self.is_grasping(a)
-        above = (xy < 0.015) & (a[:, 2] > self.base.pos[:, 2] + CUBE_HALF)
-        on_top = (xy < 0.015) & (z < 0.008)
-        success = on_top & ~grasped
-        g = grasped.double()
-        reach = (a - self.tcp).norm(dim=-1)
-        place = placing_reward(a, self.stack_target)
-        release = torch.where(on_top, (self.gripper_gap / 0.08).double(), torch.zeros_like(g))
-        reward = (1 - torch.tanh(5 * reach)) + g + 2 * place * torch.maximum(g, on_top.double()) + release
-        reward = torch.where(success, torch.full_like(reward, 8.0), reward)
+        reward, success = stacking_reward(a, self.stack_target, self.tcp, grasped, self.gripper_gap)
+        above = ((self.stack_target - a)[:, :2].norm(dim=-1) < 0.015) & (a[:, 2] > self.base.pos[:, 2] + CUBE_HALF)
         labels = torch.stack([grasped, above, success], -1)
-        return {"reward": reward / 8, "success": success, "labels": labels}
+        return {"reward": reward, "success": success, "labels": labels}
 
 
 class StackExpert(ScriptedExpert):
