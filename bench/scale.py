@@ -56,29 +56,39 @@ def add_row(rows: list[tuple[str, dict[str, float]]], label: str, rate: dict[str
     print(f"{label}: {rate['sps']:.0f} steps/s", flush=True)
 
 
-def gpu_rows(iterations: int) -> list[tuple[str, dict[str, float]]]:
-    """mujoco-warp on CUDA at 1024 and 4096 envs: our VecEnv and PPO end to end against raw warp steps."""
+def simulator_rows(n: int) -> list[tuple[str, dict[str, float]]]:
+    """mujoco-warp's Push on CUDA at `n` envs, 50 control steps each: the raw simulator (its substeps on the GPU,
+    the state staying there), the same with the state through host memory as our MuJoCo env hands it in, and our
+    VecEnv's step (actions in, observations, rewards and dones out)."""
     from roborl import (
         sim,
         tasks,  # noqa: F401
     )
 
     rows = []
-    for n in (1024, 4096):
-        env = sim.make("mujoco/Push", n, device="cuda", backend="warp")
-        env.reset(seed=0)
-        action = torch.zeros(n, env.action_dim, device="cuda")
-        physics, state, ctrl = env.unwrapped._warp, env.unwrapped.state.copy(), env.unwrapped._ctrl.copy()
-        for label, step in (("raw mujoco-warp step", lambda: physics.step(state, ctrl)),
-                            ("our VecEnv", lambda: env.step(action.uniform_(-1, 1)))):
+    env = sim.make("mujoco/Push", n, device="cuda", backend="warp")
+    env.reset(seed=0)
+    action = torch.zeros(n, env.action_dim, device="cuda")
+    physics, state, ctrl = env.unwrapped.physics, env.unwrapped.state.copy(), env.unwrapped._ctrl.copy()
+    for label, step in (("raw mujoco-warp (state on the GPU)", physics.advance),
+                        ("mujoco-warp, state through host memory", lambda: physics.step(state, ctrl)),
+                        ("our VecEnv", lambda: env.step(action.uniform_(-1, 1)))):
+        step()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(50):
             step()
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            for _ in range(50):
-                step()
-            torch.cuda.synchronize()
-            add_row(rows, f"{label}, {n} envs (GPU)", {"sps": 50 * n / (time.perf_counter() - t)})
-        env.close()
+        torch.cuda.synchronize()
+        add_row(rows, f"{label}, {n} envs (GPU)", {"sps": 50 * n / (time.perf_counter() - t)})
+    env.close()
+    return rows
+
+
+def gpu_rows(iterations: int) -> list[tuple[str, dict[str, float]]]:
+    """mujoco-warp on CUDA at 1024 and 4096 envs: the simulator's rows, then PPO end to end."""
+    rows = []
+    for n in (1024, 4096):
+        rows += simulator_rows(n)
         ppo = [f"env.num_envs={n}", "env.backend=warp", "train.device=cuda"]
         add_row(rows, f"PPO end to end, mujoco-warp, {n} envs (GPU)", training_rate(ppo, iterations, 2))
     add_row(rows, "PPO end to end, mujoco-warp, 4096 envs, compiled + CUDA graphs (GPU)",

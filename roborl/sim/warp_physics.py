@@ -75,19 +75,24 @@ class WarpPhysics:
             warmstart[ids] = 0.0
             self._data.qacc_warmstart.assign(warmstart)
 
+    def advance(self) -> None:
+        """`substeps` physics steps of the worlds where they live (the GPU) under the controls last handed in:
+        the simulator's own cost, without `step`'s copies of the state through host memory."""
+        for k in range(self.substeps):
+            self._wp.copy(self._data.ctrl, self._ctrl[k])
+            self._mjw.step(self._model, self._data)
+
     def step(self, state: np.ndarray, ctrl: np.ndarray) -> np.ndarray:
         """Advance the worlds of `state` (N×nstate, float64, updated in place) by `substeps` physics
         steps under `ctrl` (N×substeps×nu). A world whose state becomes non-finite or exceeds
         mjMAXVAL is reset to the model defaults with time 0, as MuJoCo does on the CPU; returns
         those worlds, N bool."""
-        wp, d = self._wp, self._data
+        d = self._data
         for name, part in self._slices:
             field = getattr(d, name)
             field.assign(np.ascontiguousarray(state[:, part], dtype=np.float32).reshape(field.shape))
         self._ctrl.assign(np.ascontiguousarray(ctrl.transpose(1, 0, 2), dtype=np.float32))
-        for k in range(self.substeps):
-            wp.copy(d.ctrl, self._ctrl[k])
-            self._mjw.step(self._model, d)
+        self.advance()
         for name, part in self._slices[1:]:
             state[:, part] = getattr(d, name).numpy()
         # time advances here in float64: float32 time drifts from the CPU's and, late in long episodes,
