@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
 from roborl.errors import UserError
+
+if TYPE_CHECKING:
+    from roborl.algos.base import Algorithm
 
 FORMAT = "roborl-checkpoint-1"
 
@@ -116,6 +119,18 @@ class Checkpoint:
             policy.load_state_dict(self.policy_state)
         except RuntimeError as exc:
             raise UserError(f"checkpoint '{self.path}' does not fit this policy: {state_dict_mismatch(exc)}") from exc
+
+    def load_algo(self, algo: Algorithm) -> None:
+        """The algorithm's state (its optimizers above all); refused in one line where the optimizer's parameter
+        groups differ from this run's: other trainable parameters (another roborl version, other fine-tune
+        settings) or other `algo` settings that split them (critic_lr, backbone_lr)."""
+        try:
+            algo.load_state_dict(self.algo_state)
+        except ValueError as exc:
+            raise UserError(f"checkpoint '{self.path}' holds an optimizer state that does not fit this run's trainable "
+                            f"parameters ({str(exc).splitlines()[0] if str(exc) else 'mismatch'}): resume it with the "
+                            f"config and roborl version it was saved with, or start a new run from its weights with "
+                            f"policy.init={self.path}") from exc
 
     def training_state(self) -> dict:
         """The runner's state to resume from; refused in one line for checkpoints that hold a policy alone."""

@@ -90,7 +90,7 @@ class Runner:
         run_dir = None
         if resume is not None:
             resume.load_policy(self.policy)
-            self.algo.load_state_dict(resume.algo_state)
+            resume.load_algo(self.algo)
             self.env_steps, self.iteration = st["env_steps"], st["iteration"]
             self.step = st.get("step", self.env_steps)
             self.best_score = st.get("best_score", st.get("best_success"))

@@ -114,3 +114,25 @@ def test_checkpoint_messages_say_what_is_wrong(tmp_path):
     save_checkpoint(mismatch, policy, None, other, {})
     assert_one_line_error(roborl_in_process("eval", str(mismatch), "--episodes", "2", "--envs", "2"), "does not fit this policy: "
                           "size mismatch for ", "more)")
+
+
+def test_an_optimizer_state_that_does_not_fit_the_runs_parameters_is_one_line(tmp_path):
+    """Resuming where the optimizer's parameter groups differ (another roborl's trainable parameters, or a
+    critic_lr that splits them) is refused in one line that says how to start from the weights instead."""
+    import torch
+
+    from roborl.algos import make_algorithm
+    from roborl.builder import build
+    from roborl.checkpoint import save_checkpoint
+    from roborl.config import config_to_dict
+
+    cfg = load_config(REACH, ["env.num_envs=2"])
+    split = load_config(REACH, ["env.num_envs=2", "algo.critic_lr=1e-3"])
+    env, policy = build(cfg, torch.device("cpu"))
+    saved = make_algorithm(split, policy, env, torch.device("cpu"))
+    path = tmp_path / "split.safetensors"
+    save_checkpoint(path, policy, saved.state_dict(), config_to_dict(split), {})
+    with pytest.raises(UserError, match=r"optimizer state that does not fit .*policy\.init=") as err:
+        Checkpoint(path).load_algo(make_algorithm(cfg, policy, env, torch.device("cpu")))
+    env.close()
+    assert "\n" not in str(err.value)

@@ -151,6 +151,23 @@ def test_a_bfloat16_prefix_keeps_what_trains_in_float32_so_small_updates_land(fi
     assert moved > 0.9 * sum(p.numel() for p in expert.values())
 
 
+@pytest.mark.parametrize("finetune", ["frozen", "lora", "full"])
+def test_the_experts_token_embedding_gets_no_gradient_so_it_is_not_trained_nor_kept_in_float32(finetune):
+    """pi0 feeds its action expert action embeddings, never tokens: the expert's token embedding (263M of pi0_base's
+    parameters) gets no gradient from a PPO loss, so it must not count among, nor be stored like, what trains."""
+    policy = pi0("flow_noise", finetune=finetune, dtype="bfloat16")
+    embedding = policy.pi0.model.dit.get_input_embeddings().weight
+    embedding.requires_grad_(True)  # to see whether a loss reaches it at all
+    obs = obs_batch()
+    with torch.no_grad():
+        act = policy.act(obs)
+    log_prob, _, value = policy.evaluate(obs, act)
+    (-log_prob.mean() + value.square().mean()).backward()
+    assert embedding.grad is None
+    fresh = pi0("flow_noise", finetune=finetune, dtype="bfloat16").pi0.model.dit.get_input_embeddings().weight
+    assert not fresh.requires_grad and fresh.dtype == torch.bfloat16
+
+
 def test_lora_moves_adapters_and_expert_and_leaves_the_prefix_weights_bit_identical():
     policy = pi0("flow_noise", finetune="lora")
     named = dict(policy.named_parameters())

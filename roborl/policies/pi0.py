@@ -138,7 +138,9 @@ class Pi0Policy(ExecutedChunk, Policy):
         """The prefix is stored in `spec.dtype` where it does not train (frozen, lora: peft keeps its adapters in
         float32); what trains is stored in float32, since a bfloat16 weight rounds away updates below about 1/256
         of itself (RL's learning rates of 1e-5 included). Forward passes run under autocast to `spec.dtype`."""
-        stored = {id(t): self.dtype for t in model.model.vlm.parameters()} if self.spec.finetune != "full" else {}
+        kept = [*model.model.dit.get_input_embeddings().parameters(),
+                *(model.model.vlm.parameters() if self.spec.finetune != "full" else ())]
+        stored = {id(t): self.dtype for t in kept}
         for tensor in (*model.parameters(), *model.buffers()):
             if tensor.is_floating_point():
                 tensor.data = tensor.data.to(stored.get(id(tensor), torch.float32))
@@ -149,8 +151,11 @@ class Pi0Policy(ExecutedChunk, Policy):
 
     def _finetune(self, model: nn.Module) -> nn.Module:
         """frozen: the PaliGemma prefix runs without autograd; lora: adapters on its language model's attention;
-        full: everything trains. The action expert and its projections train in every mode."""
+        full: everything trains. The action expert and its projections train in every mode, except the expert's
+        token embedding: pi0 feeds the expert action embeddings, never tokens, so those weights get no gradient."""
         vlm = model.model.vlm
+        unused = model.model.dit.get_input_embeddings()
+        unused.requires_grad_(False)
         if self.spec.finetune == "full":
             return model
         vlm.requires_grad_(False)
@@ -164,6 +169,7 @@ class Pi0Policy(ExecutedChunk, Policy):
         pi0 = peft.get_base_model()
         for part in (pi0.model.dit, pi0.embed_action_time, pi0.action_out_proj):
             part.requires_grad_(True)
+        unused.requires_grad_(False)
         self.register_load_state_dict_pre_hook(Pi0Policy._plain_into_lora)
         return peft
 
