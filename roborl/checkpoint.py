@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from safetensors import safe_open
@@ -15,8 +15,13 @@ from safetensors.torch import save_file
 
 from roborl.errors import UserError
 
-if TYPE_CHECKING:
-    from roborl.algos.base import Algorithm
+
+class LoadsState(Protocol):
+    """What a checkpoint restores an algorithm's state into (`Algorithm`; named here, since algorithms import
+    the config, which imports this module)."""
+
+    def load_state_dict(self, state: dict) -> None: ...
+
 
 FORMAT = "roborl-checkpoint-1"
 
@@ -120,7 +125,7 @@ class Checkpoint:
         except RuntimeError as exc:
             raise UserError(f"checkpoint '{self.path}' does not fit this policy: {state_dict_mismatch(exc)}") from exc
 
-    def load_algo(self, algo: Algorithm) -> None:
+    def load_algo(self, algo: LoadsState) -> None:
         """The algorithm's state (its optimizers above all); refused in one line where the optimizer's parameter
         groups differ from this run's: other trainable parameters (another roborl version, other fine-tune
         settings) or other `algo` settings that split them (critic_lr, backbone_lr)."""
