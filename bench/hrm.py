@@ -14,6 +14,7 @@ About an hour and a quarter on 2 CPU cores with the defaults (fifteen runs of 3 
 """
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 
@@ -42,12 +43,17 @@ def row(learner: str, config: str, seeds: list[int], summaries: list[dict]) -> d
             "eval_history": [s["eval_history"] for s in summaries]}
 
 
+def run_name_part(override: str) -> str:
+    """An override's value as part of a run's name (`env.rm.machine=tasks/grand_tour.rm`: tasks_grand_tour_rm)."""
+    return re.sub(r"\W+", "_", override.split("=", 1)[1])
+
+
 def study(learners: dict[str, tuple[str, list[str]]], args, name: str, title: str, plot_title: str,
           budget: str) -> None:
     """Trains every learner (its config and overrides) on every seed, then prints and writes the table."""
     jobs = [(learner, config, overrides, seed) for learner, (config, overrides) in learners.items() for seed in args.seeds]
     steps = [f"train.total_steps={args.steps}"] if args.steps else []
-    done = train_runs([(f"{config}{''.join('_' + o.split('=')[1] for o in overrides)}_seed{seed}",
+    done = train_runs([(f"{config}{''.join('_' + run_name_part(o) for o in overrides)}_seed{seed}",
                         [f"configs/{config}.yaml", *overrides, f"train.seed={seed}", *steps,
                          f"train.max_minutes={args.max_minutes:g}", "train.video=false"])
                        for _, config, overrides, seed in jobs], Path(args.run_dir), args.reuse, args.jobs)

@@ -10,7 +10,7 @@ from helpers import ROOT, roborl  # noqa: E402
 torch.set_num_threads(1)
 
 TASKS = ["mujoco/Reach", "mujoco/Push", "mujoco/PickPlace", "mujoco/Stack", "mujoco/Sequence", "mujoco/ReachAvoid",
-         "mujoco/Tour", "mujoco/Errands", "mujoco/TwoArmReach"]
+         "mujoco/Tour", "mujoco/GrandTour", "mujoco/Errands", "mujoco/TwoArmReach"]
 
 
 @pytest.fixture(params=TASKS)

@@ -291,6 +291,38 @@ def test_the_option_learner_sees_the_innermost_machine_and_is_paid_its_own_rewar
     assert (returns_paid == 6).all() and (approach > 0.5).all()  # the approach terms paid progress on the way
 
 
+def test_grand_tour_is_tours_touch_options_three_laps_over():
+    """GrandTour's hierarchy (root -> lap -> touch): the touch options the expert passes through are Tour's
+    three, 18 times in Tour's order (a caller acts only in the step that makes its next call), while the flat
+    machine the flat learner sees has 37 configurations."""
+    from helpers import ROOT
+
+    from roborl import sim, tasks
+    from roborl.rm import HierarchyEnv, load_hierarchy
+
+    h = load_hierarchy(str(ROOT / "tasks" / "grand_tour.rm"))
+    assert len(flatten(h).states) == 37 and len(flatten(load_hierarchy(str(ROOT / "tasks" / "tour.rm"))).states) == 13
+    base = sim.make("mujoco/GrandTour", 3, seed=1)
+    env, expert = HierarchyEnv(base, h), tasks.EXPERTS["mujoco/GrandTour"](base)
+    obs, names = env.reset(seed=1), env.option_names
+    acted, returns, finished = [[] for _ in range(3)], torch.zeros(3), torch.zeros(3, dtype=torch.bool)
+    for _ in range(base.max_episode_steps):
+        option = obs["rm_state"].clone()
+        obs, reward, term, trunc, info = env.step(expert.act(obs))
+        expert.reset(term | trunc)
+        for i in (~finished).nonzero().flatten().tolist():
+            name = names[int(option[i])]
+            if name.startswith("touch") and (not acted[i] or acted[i][-1] != name):
+                acted[i].append(name)
+        returns += (info["option_end"] & ~finished).float()
+        assert info["success"][term].all() and info["rm_accepted"][term].all()
+        finished |= term
+        if finished.all():
+            break
+    assert finished.all(), "the expert finished every grand tour in one episode"
+    assert acted == [["touch_a.0", "touch_b.0", "touch_a.0", "touch_c.0", "touch_a.0", "touch_b.0"] * 3] * 3
+    assert (returns == 18).all()
+
 def test_option_learner_config_errors(tmp_path):
     from helpers import ROOT
 
