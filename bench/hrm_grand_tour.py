@@ -10,7 +10,7 @@ it are done. Prints the table of bench/hrm.py and writes `docs/results/hrm_grand
 
 Usage: python bench/hrm_grand_tour.py [--run-dir runs/hrm_grand_tour] [--seeds 0 1 2] [--steps 1200000]
        [--jobs 1] [--reuse]
-About 45 minutes on 2 CPU cores with the defaults (nine runs of 3 to 8 minutes, one after the other).
+About 25 minutes on 2 CPU cores with the defaults (nine runs of 2 to 4 minutes, one after the other).
 """
 from __future__ import annotations
 
