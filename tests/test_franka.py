@@ -183,21 +183,28 @@ class RecordingFranka(FrankaRobot):
         super().act(action)
 
 
+PLANNER_TRIES = 3  # pushes started, at most, while franky-sim's planner refuses one early
+
+
 def push_out_of_the_box(host: str, specs: list) -> RecordingFranka:
     """A scripted policy heads forward and down, out of the box, for 40 periods (2 s of the arm's own clock,
     however fast franky-sim runs); the driver, with the TCP it measured and the target it commanded at each
-    period."""
+    period of the last push."""
     robot = RecordingFranka(host, {**EE, "shields": {"specs": specs}})
     robot.connect()
-    robot.reset()
-    robot.tcps, robot.targets, robot.times = [], [], []
-    loop = ControlLoop(robot, lambda obs: np.array([[1.0, 0.0, -1.0, 1.0]], np.float32),
-                       {**EE, "shields": {"specs": specs}})
-    report = loop.run(40)
-    # held against the box's edge, franky's trajectory planner (Ruckig) now and then refuses a replan on
-    # franky-sim ("Motion planner failed with error code -101"); the driver then stops the arm with a
-    # FrankaError, which is the behaviour wanted, and the steps up to there still show where the arm went
-    planner = report.reason == "robot_error" and "Motion planner failed" in report.detail
+    for _ in range(PLANNER_TRIES):
+        robot.reset()  # also clears the error a planner refusal left
+        robot.tcps, robot.targets, robot.times = [], [], []
+        loop = ControlLoop(robot, lambda obs: np.array([[1.0, 0.0, -1.0, 1.0]], np.float32),
+                           {**EE, "shields": {"specs": specs}})
+        report = loop.run(40)
+        # franky's trajectory planner (Ruckig) now and then refuses a replan on franky-sim ("Motion planner
+        # failed with error code -101" or -111), most often held against the box's edge; the driver then stops
+        # the arm with a FrankaError, which is the behaviour wanted. From 15 periods on, the steps up to there
+        # still show where the arm went; a refusal before that is franky-sim's, and the push starts again
+        planner = report.reason == "robot_error" and "Motion planner failed" in report.detail
+        if report.reason == "done" or (planner and report.steps >= 15) or not planner:
+            break
     assert report.reason == "done" or (planner and report.steps >= 15), (report.reason, report.steps, report.detail)
     robot.tcps, robot.targets = np.asarray(robot.tcps), np.asarray(robot.targets)
     summary = loop.report.summary()
