@@ -203,7 +203,7 @@ def push_out_of_the_box(host: str, specs: list) -> RecordingFranka:
         # the arm with a FrankaError, which is the behaviour wanted. From 15 periods on, the steps up to there
         # still show where the arm went; a refusal before that is franky-sim's, and the push starts again
         planner = report.reason == "robot_error" and "Motion planner failed" in report.detail
-        if report.reason == "done" or (planner and report.steps >= 15) or not planner:
+        if not planner or report.steps >= 15:
             break
     assert report.reason == "done" or (planner and report.steps >= 15), (report.reason, report.steps, report.detail)
     robot.tcps, robot.targets = np.asarray(robot.tcps), np.asarray(robot.targets)

@@ -251,27 +251,28 @@ def test_a_term_on_an_edge_that_returns_or_calls_is_refused():
         CompiledHierarchy(with_terms(), LABELS)
 
 
-def test_the_option_learner_sees_the_innermost_machine_and_is_paid_its_own_reward():
-    """The expert tours red, blue, red, yellow, red, blue: the options it passes through are the three touch
-    machines (touch_a three times), each call's option ends where it returns and pays 1 there, and the
-    hierarchy's acceptance ends the episode with the task's success."""
+def expert_through_hierarchy(env_id: str, machine: str, n: int, seed: int):
+    """The task's expert, one episode per env, acting through the option learner's view of `tasks/<machine>`:
+    checks at every step that the observation carries the acting option's one-hot, that a returning option is
+    paid 1 and nothing else that step, and that the hierarchy's acceptance ends each episode with the task's
+    success. (the env, each env's touch options in the order it passed through them, its returns, and the
+    reward paid between returns)"""
     from helpers import ROOT
 
     from roborl import sim, tasks
     from roborl.rm import HierarchyEnv, load_hierarchy
 
-    h = load_hierarchy(str(ROOT / "tasks" / "tour.rm"))
-    base = sim.make("mujoco/Tour", 4, seed=0)
-    env, expert = HierarchyEnv(base, h), tasks.EXPERTS["mujoco/Tour"](base)
-    obs = env.reset(seed=0)
+    base = sim.make(env_id, n, seed=seed)
+    env, expert = HierarchyEnv(base, load_hierarchy(str(ROOT / "tasks" / machine))), tasks.EXPERTS[env_id](base)
+    obs = env.reset(seed=seed)
     width = base.observation_space["state"].shape[0]
-    assert env.num_options == 7 + 2 * 3 and obs["state"].shape[1] == width + env.num_options
+    assert obs["state"].shape[1] == width + env.num_options
     names = env.option_names
-    touches, returns_paid, approach = [[] for _ in range(4)], torch.zeros(4), torch.zeros(4)
-    finished = torch.zeros(4, dtype=torch.bool)
-    for _ in range(150):
+    touches, returns, approach = [[] for _ in range(n)], torch.zeros(n), torch.zeros(n)
+    finished = torch.zeros(n, dtype=torch.bool)
+    for _ in range(base.max_episode_steps):
         option = obs["rm_state"].clone()
-        assert (obs["state"][torch.arange(4), width + option] == 1).all()
+        assert (obs["state"][torch.arange(n), width + option] == 1).all()
         obs, reward, term, trunc, info = env.step(expert.act(obs))
         expert.reset(term | trunc)
         for i in (~finished).nonzero().flatten().tolist():
@@ -280,15 +281,27 @@ def test_the_option_learner_sees_the_innermost_machine_and_is_paid_its_own_rewar
                 touches[i].append(name)
         ended = info["option_end"] & ~finished
         assert (reward[ended] == 1.0).all()  # a touch machine pays 1 where it returns, nothing else that step
-        returns_paid += ended.float()
+        returns += ended.float()
         approach += torch.where(ended | finished, torch.zeros_like(reward), reward)
         assert info["success"][term].all() and info["rm_accepted"][term].all()
         finished |= term
         if finished.all():
             break
-    assert finished.all(), "the expert finished every tour in one episode"
-    assert touches == [["touch_a.0", "touch_b.0", "touch_a.0", "touch_c.0", "touch_a.0", "touch_b.0"]] * 4
-    assert (returns_paid == 6).all() and (approach > 0.5).all()  # the approach terms paid progress on the way
+    assert finished.all(), f"the expert finished every {env_id} episode"
+    return env, touches, returns, approach
+
+
+TOUR = ["touch_a.0", "touch_b.0", "touch_a.0", "touch_c.0", "touch_a.0", "touch_b.0"]
+
+
+def test_the_option_learner_sees_the_innermost_machine_and_is_paid_its_own_reward():
+    """The expert tours red, blue, red, yellow, red, blue: the options it passes through are the three touch
+    machines (touch_a three times), each call's option ends where it returns and pays 1 there, and the
+    hierarchy's acceptance ends the episode with the task's success."""
+    env, touches, returns, approach = expert_through_hierarchy("mujoco/Tour", "tour.rm", 4, 0)
+    assert env.num_options == 7 + 2 * 3
+    assert touches == [TOUR] * 4
+    assert (returns == 6).all() and (approach > 0.5).all()  # the approach terms paid progress on the way
 
 
 def test_grand_tour_is_tours_touch_options_three_laps_over():
@@ -297,31 +310,14 @@ def test_grand_tour_is_tours_touch_options_three_laps_over():
     machine the flat learner sees has 37 configurations."""
     from helpers import ROOT
 
-    from roborl import sim, tasks
-    from roborl.rm import HierarchyEnv, load_hierarchy
+    from roborl.rm import load_hierarchy
 
-    h = load_hierarchy(str(ROOT / "tasks" / "grand_tour.rm"))
-    assert len(flatten(h).states) == 37 and len(flatten(load_hierarchy(str(ROOT / "tasks" / "tour.rm"))).states) == 13
-    base = sim.make("mujoco/GrandTour", 3, seed=1)
-    env, expert = HierarchyEnv(base, h), tasks.EXPERTS["mujoco/GrandTour"](base)
-    obs, names = env.reset(seed=1), env.option_names
-    acted, returns, finished = [[] for _ in range(3)], torch.zeros(3), torch.zeros(3, dtype=torch.bool)
-    for _ in range(base.max_episode_steps):
-        option = obs["rm_state"].clone()
-        obs, reward, term, trunc, info = env.step(expert.act(obs))
-        expert.reset(term | trunc)
-        for i in (~finished).nonzero().flatten().tolist():
-            name = names[int(option[i])]
-            if name.startswith("touch") and (not acted[i] or acted[i][-1] != name):
-                acted[i].append(name)
-        returns += (info["option_end"] & ~finished).float()
-        assert info["success"][term].all() and info["rm_accepted"][term].all()
-        finished |= term
-        if finished.all():
-            break
-    assert finished.all(), "the expert finished every grand tour in one episode"
-    assert acted == [["touch_a.0", "touch_b.0", "touch_a.0", "touch_c.0", "touch_a.0", "touch_b.0"] * 3] * 3
+    flat = {name: len(flatten(load_hierarchy(str(ROOT / "tasks" / name))).states) for name in ("grand_tour.rm", "tour.rm")}
+    assert flat == {"grand_tour.rm": 37, "tour.rm": 13}
+    _, touches, returns, _ = expert_through_hierarchy("mujoco/GrandTour", "grand_tour.rm", 3, 1)
+    assert touches == [TOUR * 3] * 3
     assert (returns == 18).all()
+
 
 def test_option_learner_config_errors(tmp_path):
     from helpers import ROOT
