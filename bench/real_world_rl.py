@@ -1,7 +1,9 @@
 """Real-world RL on the perturbed Push twin (configs/hil_sac_push.yaml): the twin runs in real time in its own
 process, an actor process steps it with the newest policy, and a SAC learner (RLPD: 20 demonstrations sampled
 50/50 with online data) trains from the stream. The reward is success as a reward classifier judges it on the
-twin's camera frames (trained first, on labelled frames of other episodes).
+twin's camera frames (trained first, on labelled frames of other episodes); with `--judge`, a scripted judge
+(the twin's success flag, standing in for a person watching the cell) checks each success the classifier claims,
+and the actor refits the classifier on the verdicts between episodes (roborl/robot/judged_reward.py).
 
 Three arms, one seed each (the twin runs in real time, so each RL arm costs its robot minutes of wall time):
 - BC alone: a flow policy cloned from the same demonstrations (configs/bc_flow_push.yaml);
@@ -11,9 +13,10 @@ Three arms, one seed each (the twin runs in real time, so each RL arm costs its 
   cube and through it for 20 steps; those steps go to the demonstration buffer too.
 
 Success is measured by the learner's deterministic evaluation: 50 episodes in the simulation with the twin's
-perturbation, every 2 robot minutes. Prints the table and writes docs/results/real_world_rl.md.
+perturbation, every 2 robot minutes. Prints the table and writes docs/results/real_world_rl.md (the success
+flag as reward), real_world_rl_classifier.md or real_world_rl_judged.md.
 
-    python bench/real_world_rl.py [--minutes 30] [--runs runs/real_world_rl] [--reuse]
+    python bench/real_world_rl.py [--minutes 30] [--runs runs/real_world_rl] [--reward classifier [--judge]] [--reuse]
 """
 from __future__ import annotations
 
@@ -96,8 +99,13 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reward", choices=["success", "classifier"], default="success",
                    help="the RL arms' reward: the twin's success flag, or the reward classifier on its camera")
+    p.add_argument("--judge", action="store_true", help="a scripted judge checks the classifier's claimed successes, "
+                   "and the classifier is refit on its verdicts (with --reward classifier)")
     p.add_argument("--reuse", action="store_true", help="reuse finished stages in --runs")
     args = p.parse_args()
+    if args.judge and args.reward != "classifier":
+        p.error("--judge checks the reward classifier's successes: add --reward classifier")
+    page = {"success": "real_world_rl", "classifier": "real_world_rl_judged" if args.judge else "real_world_rl_classifier"}
     runs = args.runs.resolve()
     runs.mkdir(parents=True, exist_ok=True)
     demos, cls_demos, classifier = runs / "demos", runs / "classifier_demos", runs / "classifier"
@@ -116,7 +124,8 @@ def main() -> None:
     steps = int(args.minutes * 60 * CONTROL_HZ)
     common = [f"train.run_dir={runs}", f"train.seed={args.seed}", "train.progress=false", f"sac.demos={demos}",
               f"train.total_steps={steps}", f"train.max_minutes={args.minutes * 1.5:g}",
-              f"robot.reward={classifier if args.reward == 'classifier' else 'success'}"]
+              f"robot.reward={classifier if args.reward == 'classifier' else 'success'}",
+              f"robot.judge={'roborl.robot.operators:success_flag_judge' if args.judge else 'none'}"]
     arms = {"RL": "none", "RL + interventions": "roborl.robot.operators:push_operator"}
 
     def arm(name: str) -> dict:
@@ -136,29 +145,46 @@ def main() -> None:
         json.loads((runs / "bc" / "summary.json").read_text()))[1])
 
     window = int(5 * 60 * CONTROL_HZ)  # 5 robot minutes
-    lines = ["| arm | final success | best success | robot min to 90% | robot min | episodes | interventions / episode, "
-             "per 5 robot min |", "|---|---|---|---|---|---|---|"]
+    per_5min = ["interventions"] + (["vetoes"] if args.judge else [])
+    lines = ["| arm | final success | best success | robot min to 90% | robot min | episodes | "
+             + " | ".join(f"{k} / episode, per 5 robot min" for k in per_5min) + " |",
+             "|---|---|---|---|---|---|" + "---|" * len(per_5min)]
     bc_curve = tb_scalars(runs / "bc" / "tb", "eval/success_once")
     bc_best = max(v for _, v in bc_curve)
     lines.append(f"| BC alone ({args.demos} demos) | {bc_curve[-1][1]:.2f} | {bc_best:.2f} | "
-                 f"{'0 (offline)' if bc_best >= 0.9 else 'not reached'} | 0 | 0 | - |")
+                 f"{'0 (offline)' if bc_best >= 0.9 else 'not reached'} | 0 | 0 |" + " - |" * len(per_5min))
     curves, data, probes = {}, {"bc": bc, "classifier": classifier_meta, "reward": args.reward}, []
     for name, s in summaries.items():
         run = runs / ("hil" if "interventions" in name else "rl")
         history = tb_scalars(run / "tb", "eval/success_once")
         reach = next((robot_minutes(st) for st, r in history if r >= 0.9), None)
-        interventions = per_window(tb_scalars(run / "tb", "rollout/interventions"), window, s["env_steps"])
+        windows = {k: per_window(tb_scalars(run / "tb", f"rollout/{k}"), window, s["env_steps"]) for k in per_5min}
         lines.append(f"| {name} | {history[-1][1]:.2f} | {max(r for _, r in history):.2f} | "
                      f"{'not reached' if reach is None else f'{reach:.1f}'} | {robot_minutes(s['env_steps']):.1f} | "
-                     f"{s['actor_episodes']} | {', '.join('-' if np.isnan(v) else f'{v:.1f}' for v in interventions)} |")
+                     f"{s['actor_episodes']} | " + " | ".join(', '.join('-' if np.isnan(v) else f'{v:.1f}' for v in w)
+                                                              for w in windows.values()) + " |")
         curves[name] = [(robot_minutes(st), r) for st, r in history]
-        probe = classifier_on_policy(run / "checkpoints" / "last.safetensors", classifier)
-        data[name] = {"summary": s, "interventions_per_episode_per_5min": interventions, "classifier_on_policy": probe}
-        probes.append(f"{name}: the classifier calls {probe['classifier_success']:.2f} of the final policy's episodes "
-                      f"successful, the simulator {probe['true_success']:.2f}; false positives on "
-                      f"{probe['false_positive_rate']:.3f} of its failing frames")
-    reward = ("the reward classifier on the twin's camera" if args.reward == "classifier" else
-              "the twin's success flag (`--reward classifier` for the classifier's)")
+        data[name] = {"summary": s, **{f"{k}_per_episode_per_5min": w for k, w in windows.items()}}
+        judged = {"the classifier it started from": classifier}
+        if args.judge:
+            refits = [json.loads(line) for line in (run / "reward_corrections" / "refits.jsonl").read_text().splitlines()]
+            data[name]["refits"] = refits
+            judged["the classifier refit on the judge's verdicts"] = run / "reward_corrections"
+            probes.append(f"{name}: {refits[-1]['refits']} refits on {refits[-1]['judged_frames']} judged frames "
+                          f"({refits[-1]['vetoed_frames']} vetoed); held-out accuracy after the last "
+                          f"{refits[-1]['heldout_accuracy']:.3f}")
+        for which, path in judged.items():
+            probe = classifier_on_policy(run / "checkpoints" / "last.safetensors", path)
+            data[name].setdefault("classifier_on_policy", {})[which] = probe
+            probes.append(f"{name}, {which}: calls {probe['classifier_success']:.2f} of the final policy's episodes "
+                          f"successful, the simulator {probe['true_success']:.2f}; false positives on "
+                          f"{probe['false_positive_rate']:.3f} of its failing frames")
+    reward = {"success": "the twin's success flag (`--reward classifier` for the classifier's)",
+              "classifier": "the reward classifier on the twin's camera"}[args.reward]
+    if args.judge:
+        reward += (", each success it claims checked by a scripted judge (the twin's success flag): a veto pays "
+                   "nothing and the episode goes on, and the actor refits the classifier on the verdicts between "
+                   "episodes (`robot.judge`)")
     lines += ["", f"Reward of the RL arms: {reward}. The reward classifier (64×64 front camera, trained on "
               f"{args.classifier_episodes} noisy-expert episodes): held-out accuracy {classifier_meta['heldout_accuracy']:.3f} "
               f"on {classifier_meta['heldout_frames']} frames of {classifier_meta['heldout_episodes']} episodes; on the "
@@ -166,10 +192,13 @@ def main() -> None:
               *[f"- {p}" for p in probes], "",
               "Success: the task done at some step of an episode (a success ends the robot's episodes), in the "
               "learner's deterministic evaluation of 50 episodes in the simulation with the twin's perturbation, every "
-              "2 robot minutes (TensorBoard eval/success_once). Interventions per episode: the mean over the actor's "
-              "episodes logged in each 5 robot minutes (TensorBoard rollout/interventions). The policies observe the "
-              "task's state (proprioception and the cube's pose)."]
-    write_results("real_world_rl", "Real-world RL on the perturbed Push twin", lines, data, f"{args.seed} (one per arm)",
+              "2 robot minutes (TensorBoard eval/success_once). Interventions (vetoes) per episode: the mean over the "
+              "actor's episodes logged in each 5 robot minutes (TensorBoard rollout/interventions, rollout/vetoes). "
+              "The policies observe the task's state (proprioception and the cube's pose)."]
+    title = {"real_world_rl": "", "real_world_rl_classifier": ", rewarded by a reward classifier",
+             "real_world_rl_judged": ", rewarded by a judged reward classifier"}[page[args.reward]]
+    write_results(page[args.reward], f"Real-world RL on the perturbed Push twin{title}", lines, data,
+                  f"{args.seed} (one per arm)",
                   curves=curves, plot_title="eval success vs robot minutes", xlabel="robot minutes")
 
 

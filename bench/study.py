@@ -123,7 +123,7 @@ def write_results(name: str, title: str, lines: list[str], data: dict, seeds: st
     table = "\n".join(lines)
     print(table)
     header = [f"# {title}", "",
-              f"Written by `bench/{name}.py`; not edited by hand: run the command again to renew it.", "",
+              f"Written by `bench/{Path(sys.argv[0]).name}`; not edited by hand: run the command again to renew it.", "",
               "| how it was measured | |", "|---|---|", f"| command | `{command}` |", f"| date | {meta['date']} |",
               f"| hardware | {meta['hardware']} |", f"| software | {meta['software']} |", f"| seeds | {seeds} |",
               f"| data | [{name}.json]({name}.json) |", ""]

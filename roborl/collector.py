@@ -3,6 +3,8 @@ learner's own envs (roborl/collectors.py), Ray env workers (roborl/ray_collector
 process (roborl/robot/collector.py)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from roborl.algos.base import Algorithm
 from roborl.collect import EpisodeLog
 from roborl.sim import VecEnv
@@ -31,6 +33,9 @@ class Collector:
 
     def load_state_dict(self, state: dict) -> None:
         """The collection's state as a checkpoint kept it."""
+
+    def on_run_dir(self, run_dir: Path) -> None:
+        """Called once the run's directory exists (before the first `collect`)."""
 
     def on_checkpoint(self) -> None:
         """Called once a checkpoint holds everything collected so far."""

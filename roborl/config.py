@@ -320,6 +320,11 @@ class RobotConfig:
     # success: the robot's success flag (the twin's; ends the episode) | the directory of a reward classifier
     # (`roborl reward-classifier`), judging the camera frame after each step
     reward: str = "success"
+    # none | module:factory returning judge(obs) -> bool: asked whether each success the reward classifier claims is
+    # one; a veto goes on with the episode, and the classifier is refit on the verdicts (roborl/robot/judged_reward.py)
+    judge: str = "none"
+    corrections: str | None = None  # where the judged frames and the refit classifier go (None: RUN/reward_corrections)
+    refit_steps: int = param(100, ge=1)  # Adam steps of each refit on the judged frames, between episodes
     # none | keyboard | gamepad | spacemouse (roborl/robot/teleop_devices.py) | module:factory: a scripted operator,
     # the factory returning its rule obs -> action or None (roborl/robot/teleop.py)
     operator: str = "none"
@@ -395,6 +400,12 @@ def check_relations(cfg: Config) -> None:
         if e.rm.machine or e.rm.ltlf:
             raise UserError("resources.actor robot: the robot's actor runs no reward machine (its observations carry no "
                             "machine state, its rewards come from robot.reward); remove env.rm.machine and env.rm.ltlf")
+        if cfg.robot.judge != "none" and cfg.robot.reward == "success":
+            raise UserError("robot.judge checks the successes a reward classifier claims: set robot.reward to a "
+                            "classifier's directory (`roborl reward-classifier`), or robot.judge none")
+        if cfg.robot.judge != "none" and ":" not in cfg.robot.judge:
+            raise UserError(f"robot.judge must be none or module:factory (e.g. roborl.robot.operators:success_flag_judge), "
+                            f"not '{cfg.robot.judge}'")
     if r.env_workers:
         if e.num_envs % r.env_workers:
             raise UserError(f"env.num_envs ({e.num_envs}) must be divisible by resources.env_workers "

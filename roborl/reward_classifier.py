@@ -89,10 +89,17 @@ def demos_camera(path: str | Path) -> str:
         return json.loads(f["data"].attrs.get("env_args", "{}")).get("camera") or "front"
 
 
-def _accuracy(model: RewardClassifier, frames: np.ndarray, labels: np.ndarray, batch: int = 512) -> float:
+def accuracy(model: RewardClassifier, frames: np.ndarray, labels: np.ndarray, batch: int = 512) -> float:
     hits = sum(int(((model.success_prob(frames[i:i + batch]) > 0.5).numpy() == labels[i:i + batch]).sum())
                for i in range(0, len(frames), batch))
     return hits / max(len(frames), 1)
+
+
+def split_episodes(episodes: list, holdout: float, seed: int) -> tuple[list, list]:
+    """(training, held-out) episodes: a `holdout` fraction (at least one) held out, chosen by `seed`."""
+    order = np.random.default_rng(seed).permutation(len(episodes))
+    n_held = max(1, round(holdout * len(episodes)))
+    return [episodes[i] for i in order[n_held:]], [episodes[i] for i in order[:n_held]]
 
 
 def train_reward_classifier(demos: str | Path, out: str | Path, *, epochs: int = 30, holdout: float = 0.25,
@@ -101,10 +108,7 @@ def train_reward_classifier(demos: str | Path, out: str | Path, *, epochs: int =
     episodes = labelled_frames(demos)
     if not 0 < holdout < 1:
         raise UserError(f"--holdout must be in (0, 1), got {holdout}")
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(episodes))
-    n_held = max(1, round(holdout * len(episodes)))
-    held, train = [episodes[i] for i in order[:n_held]], [episodes[i] for i in order[n_held:]]
+    train, held = split_episodes(episodes, holdout, seed)
     frames, labels = (np.concatenate([e[i] for e in train]) for i in (0, 1))
     held_frames, held_labels = (np.concatenate([e[i] for e in held]) for i in (0, 1))
     if len(train) == 0 or labels.all() or not labels.any():
@@ -112,29 +116,50 @@ def train_reward_classifier(demos: str | Path, out: str | Path, *, epochs: int =
                         f"({int(labels.sum())} of {len(labels)} are successes); record more varied episodes")
     torch.manual_seed(seed)
     model = RewardClassifier(*frames.shape[1:3])
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    weights = torch.as_tensor(np.where(labels, 0.5 / labels.sum(), 0.5 / (~labels).sum()))  # both classes equally
-    steps = epochs * len(frames) // batch_size
+    fit(model, [(frames, labels)], epochs * len(frames) // batch_size, batch_size=batch_size, lr=lr, seed=seed,
+        progress=progress)
+    result = {"train_accuracy": accuracy(model, frames, labels), "heldout_accuracy": accuracy(model, held_frames, held_labels),
+              "train_frames": len(frames), "heldout_frames": len(held_frames), "heldout_episodes": len(held),
+              "heldout_success_frames": int(held_labels.sum()), "size": list(frames.shape[1:3]), "hidden": 128,
+              "camera": demos_camera(demos), "demos": str(demos_file(demos).resolve()), "holdout": holdout, "seed": seed}
+    path = save(model, out, result)
+    return {**result, "path": str(path)}
+
+
+def fit(model: RewardClassifier, sources: list[tuple[np.ndarray, np.ndarray]], steps: int, *, batch_size: int = 64,
+        lr: float = 3e-4, seed: int = 0, progress: bool = False) -> None:
+    """`steps` Adam steps on batches with both classes equally often, drawn from each (frames, labels) source
+    equally often (a few corrected frames weigh as much as the whole training set), each frame shifted by up
+    to 2 pixels (robust to a re-mounted camera)."""
     gen = torch.Generator().manual_seed(seed)
-    frames_t, labels_t = torch.as_tensor(frames), torch.as_tensor(labels, dtype=torch.float32)
+    data = [(torch.as_tensor(f), torch.as_tensor(lab, dtype=torch.float32)) for f, lab in sources]
+    weights = torch.cat([_balanced(lab) / len(sources) for _, lab in sources])
+    frames_t, labels_t = torch.cat([f for f, _ in data]), torch.cat([lab for _, lab in data])
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
     for _ in tqdm(range(steps), desc="reward classifier", disable=not progress):
         idx = torch.multinomial(weights, batch_size, replacement=True, generator=gen)
-        batch = frames_t[idx]
-        shift = torch.randint(-2, 3, (2,), generator=gen)  # small camera shifts: robust to a re-mounted camera
-        batch = torch.roll(batch, shifts=(int(shift[0]), int(shift[1])), dims=(1, 2))
+        shift = torch.randint(-2, 3, (2,), generator=gen)
+        batch = torch.roll(frames_t[idx], shifts=(int(shift[0]), int(shift[1])), dims=(1, 2))
         loss = nn.functional.binary_cross_entropy_with_logits(model(batch), labels_t[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
     model.eval()
-    result = {"train_accuracy": _accuracy(model, frames, labels), "heldout_accuracy": _accuracy(model, held_frames, held_labels),
-              "train_frames": len(frames), "heldout_frames": len(held_frames), "heldout_episodes": len(held),
-              "heldout_success_frames": int(held_labels.sum()), "size": list(frames.shape[1:3]), "hidden": 128,
-              "camera": demos_camera(demos)}
+
+
+def _balanced(labels: np.ndarray) -> torch.Tensor:
+    """Sampling weights summing to 1 that give each class present half of it."""
+    labels = np.asarray(labels, bool)
+    classes = int(labels.any()) + int((~labels).any())
+    return torch.as_tensor(np.where(labels, 1 / max(labels.sum(), 1), 1 / max((~labels).sum(), 1)) / classes)
+
+
+def save(model: RewardClassifier, out: str | Path, metadata: dict) -> Path:
+    """Writes `out/reward_classifier.safetensors` (atomically) with `metadata`; returns its path."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / FILE
     write_safetensors(path, {k: v.contiguous() for k, v in model.state_dict().items()},
-                      {"reward_classifier": json.dumps(result)})
-    return {**result, "path": str(path)}
+                      {"reward_classifier": json.dumps(metadata)})
+    return path

@@ -104,6 +104,7 @@ class Runner:
             load_pretrained(self.policy, cfg.policy.init, cfg.policy.init_modules)
         check_trainable(cfg)  # last of the checks, before anything is written
         self.run_dir = self.open_run_dir(run_dir)
+        self.collector.on_run_dir(self.run_dir)
         self.eval_env = None
 
     # ---- what only rank 0 does; the other learners take its word -------------------------------

@@ -23,11 +23,12 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from roborl.config import Config, config_from_dict
+from roborl.config import Config, RobotConfig, config_from_dict
 from roborl.errors import UserError
 from roborl.robot.control_loop import ControlLoop
 from roborl.robot.hil import SuccessFn, TransitionRecorder
 from roborl.robot.interface import RobotInterface
+from roborl.robot.judged_reward import JudgedClassifier
 from roborl.robot.link import ActorLink, parse_address
 from roborl.robot.teleop import ScriptedOperator, TeleopDevice
 
@@ -83,21 +84,26 @@ def make_operator(spec: str) -> TeleopDevice | None:
     return make_teleop(spec)
 
 
-def make_success_fn(spec: str) -> tuple[SuccessFn, dict | None]:
-    """`robot.reward`: the robot's success flag, or a reward classifier on its camera frame; with the camera
-    view the classifier was trained on (None for the flag)."""
+def make_success_fn(spec: str, robot: RobotConfig | None = None) -> tuple[SuccessFn, dict | None]:
+    """`robot.reward`: the robot's success flag, or a reward classifier on its camera frame (whose claimed
+    successes `robot.judge` judges, if set); with the camera view the classifier was trained on (None for the flag)."""
     if spec == "success":
         return (lambda obs: bool(obs["success"])), None
     from roborl.reward_classifier import RewardClassifier
     from roborl.sim.render import camera_views
 
     classifier = RewardClassifier.load(spec)
-
-    def success(obs: dict) -> bool:
-        if "rgb" not in obs:
-            raise UserError("robot.reward is a reward classifier, but the robot sends no camera frame (obs 'rgb')")
-        return bool(classifier.success_prob(obs["rgb"]) > 0.5)
     meta = classifier.metadata
+    if robot is not None and robot.judge != "none":
+        from roborl.imports import import_factory
+
+        success = JudgedClassifier(classifier, import_factory(robot.judge, "robot.judge")(),
+                                   robot.corrections or "reward_corrections", robot.refit_steps, robot.seed)
+    else:
+        def success(obs: dict) -> bool:
+            if "rgb" not in obs:
+                raise UserError("robot.reward is a reward classifier, but the robot sends no camera frame (obs 'rgb')")
+            return bool(classifier.success_prob(obs["rgb"]) > 0.5)
     camera, (height, width) = meta.get("camera", "front"), meta["size"]
     return success, {"camera": camera, "render_size": (height, width // len(camera_views(camera)))}  # per view
 
@@ -143,9 +149,10 @@ def run_actor(learner: str, episodes: int | None = None, exit_with_stdin: bool =
     cfg = config_from_dict(link.config)
     link.reconnect_s = cfg.robot.reconnect_s
     policy = PolicyCopy(cfg)
-    success_fn, classifier_view = make_success_fn(cfg.robot.reward)
+    success_fn, classifier_view = make_success_fn(cfg.robot.reward, cfg.robot)
+    judged = success_fn if isinstance(success_fn, JudgedClassifier) else None  # refit between episodes
     robot, release = make_robot(cfg, policy.metadata, camera_view(cfg, classifier_view))
-    recorder = TransitionRecorder(success_fn)
+    recorder = TransitionRecorder(success_fn, judged.episode_stats if judged else None)
     loop: ControlLoop | None = None
 
     def on_step(step) -> None:
@@ -185,6 +192,8 @@ def run_actor(learner: str, episodes: int | None = None, exit_with_stdin: bool =
             if rows or ended:
                 link.send(rows, ended)
             report["episodes"] += 1
+            if judged:
+                report["refit"] = judged.refit() or report.get("refit")
     finally:
         robot.stop()
         release()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -26,7 +27,7 @@ from roborl.config import Config, config_to_dict
 from roborl.errors import UserError
 from roborl.robot.link import LearnerLink, parse_address
 
-EPISODE_KEYS = ("return", "success", "length", "interventions")
+EPISODE_KEYS = ("return", "success", "length", "interventions", "vetoes")  # vetoes: with robot.judge only
 
 
 def _tensors(rows: dict, device: torch.device) -> tuple:
@@ -52,11 +53,18 @@ class RobotCollector(Collector):
         self.rows_by_session: dict[str, int] = {}  # actor session -> transitions absorbed
         self.episodes = 0  # the actor's episodes that ended
         self.version = 0
+        self.run_dir: Path | None = None
+
+    def on_run_dir(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
 
     def start(self, policy: torch.nn.Module) -> None:
         """Listen for the actor (with the first weights ready for it), and start it unless it runs elsewhere."""
+        cfg = config_to_dict(self.cfg)
+        if cfg["robot"]["corrections"] is None and self.run_dir is not None:  # where a judge's verdicts are kept
+            cfg["robot"]["corrections"] = str(self.run_dir / "reward_corrections")
         try:
-            self.link = LearnerLink(self.host, self.port, config_to_dict(self.cfg))
+            self.link = LearnerLink(self.host, self.port, cfg)
         except OSError as exc:
             raise UserError(f"robot.learner {self.cfg.robot.learner}: cannot listen there ({exc})") from exc
         self.link.restore(self.received)
@@ -82,7 +90,8 @@ class RobotCollector(Collector):
             self.episodes += len(batch["episodes"])
             for episode in batch["episodes"]:
                 for key in EPISODE_KEYS:
-                    log.extend(key, [float(episode[key])])
+                    if key in episode:
+                        log.extend(key, [float(episode[key])])
             rows = batch["rows"]
             if rows:
                 n = len(rows["reward"])

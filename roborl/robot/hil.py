@@ -4,7 +4,8 @@ learner puts every row in its online buffer and the operator's in its demonstrat
 (roborl/algos/sac.py, `absorb`).
 
 The reward is success, judged on the robot's observation after each step: the twin's success flag, or a
-reward classifier on the camera frame of a real cell. A success ends the episode (terminated: no
+reward classifier on the camera frame of a real cell (its claimed successes checked by an operator with
+`robot.judge`: roborl/robot/judged_reward.py). A success ends the episode (terminated: no
 bootstrapping past it), as in HIL-SERL."""
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ def _arrays(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 class TransitionRecorder:
-    def __init__(self, success_fn: SuccessFn) -> None:
-        self.success_fn = success_fn
+    def __init__(self, success_fn: SuccessFn, episode_stats: Callable[[], dict[str, float]] | None = None) -> None:
+        """`episode_stats()`: more statistics of the episode that just ended (a judged classifier's vetoes)."""
+        self.success_fn, self.episode_stats = success_fn, episode_stats
         self.rows: list[tuple] = []
         self.episodes: list[dict] = []  # the statistics of the episodes that ended since the last `take`
         self._pending: StepRecord | None = None
@@ -58,7 +60,8 @@ class TransitionRecorder:
         self._episode["interventions"] += int(step.intervened)
 
     def _close_episode(self, success: bool) -> None:
-        self.episodes.append({**self._episode, "success": float(success)})
+        extra = self.episode_stats() if self.episode_stats else {}
+        self.episodes.append({**self._episode, "success": float(success), **extra})
         self._episode = {"return": 0.0, "length": 0, "interventions": 0}
 
     def take(self) -> tuple[dict, list[dict]]:

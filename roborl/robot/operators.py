@@ -1,6 +1,8 @@
 """Scripted operators for the twin's tasks: the teleop devices of tests and benchmarks (`robot.operator:
 roborl.robot.operators:push_operator`), standing in for a person who watches the robot and steps in. They see
-what the robot sends (the task's `state`, `episode_step`) and command `ee_delta_pos` actions."""
+what the robot sends (the task's `state`, `episode_step`) and command `ee_delta_pos` actions. And the scripted
+judge of a reward classifier's claimed successes (`robot.judge`), standing in for the person who says whether
+the task is really done."""
 from __future__ import annotations
 
 from collections import deque
@@ -8,6 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from roborl.errors import UserError
 from roborl.tasks.arm import ArmEnv
 from roborl.tasks.cube import CUBE_HALF
 
@@ -55,3 +58,13 @@ def push_operator() -> Callable[[dict], np.ndarray | None]:
         left[0] -= 1
         return guide(state)
     return rule
+
+
+def success_flag_judge() -> Callable[[dict], bool]:
+    """`robot.judge: roborl.robot.operators:success_flag_judge`: the twin's own success flag says whether a success
+    the reward classifier claims is one (a person looking at the cell, on a real robot)."""
+    def judge(obs):
+        if "success" not in obs:
+            raise UserError("robot.judge success_flag_judge reads the robot's success flag, which only the twin sends")
+        return bool(obs["success"])
+    return judge

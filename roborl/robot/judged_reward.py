@@ -1,0 +1,101 @@
+"""A reward classifier whose claimed successes an operator judges, and which learns from the verdicts
+(HIL-SERL's answer to reward hacking: relabel the classifier's mistakes on the policy's own frames).
+
+An RL learner rewarded by a classifier finds the frames the classifier wrongly calls a success: on the Push
+twin, six robot minutes were enough for a policy the classifier called successful in 0.60 of its episodes
+while the simulator said 0.00 (docs/guides/sim-to-real.md). Here each frame the classifier calls a success
+goes to a judge (`robot.judge`) before it ends the episode:
+
+- confirmed: the step is rewarded and the episode ends, and the frame is kept as a labelled success;
+- vetoed: no reward, the episode goes on, and the frame is kept as a labelled failure.
+
+Between episodes the classifier is refit (`robot.refit_steps` Adam steps) on its own training frames and the
+judged ones, each half of every batch, so the false positives the policy found are the ones it unlearns.
+The judge is asked only about claimed successes, a handful per episode: that is the labelling a person
+watching the robot can do, and the count is logged (rollout/vetoes, and the judged frames in the report).
+
+The judged frames and the refit classifier are kept in `robot.corrections` (the run's `reward_corrections/`
+by default), written whole after each refit; an actor that restarts picks them up from there, and the
+classifier the run started from is never overwritten.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from roborl.errors import UserError
+from roborl.reward_classifier import RewardClassifier, accuracy, fit, labelled_frames, save, split_episodes
+
+Judge = Callable[[dict[str, np.ndarray]], bool]
+FRAMES = "judged_frames.npz"
+
+
+class JudgedClassifier:
+    """The robot's success function (`TransitionRecorder`'s) when `robot.judge` is set."""
+
+    def __init__(self, classifier: RewardClassifier, judge: Judge, corrections: str | Path, refit_steps: int = 100,
+                 seed: int = 0) -> None:
+        self.classifier, self.judge, self.refit_steps, self.seed = classifier, judge, refit_steps, seed
+        self.meta = dict(classifier.metadata)
+        self.dir = Path(corrections)
+        demos = self.meta.get("demos")
+        if not demos or not Path(demos).exists():
+            raise UserError(f"robot.judge refits the reward classifier on its training frames and the judged ones, "
+                            f"but its training frames ({demos or 'not recorded in the classifier'}) are not here: "
+                            "retrain it with `roborl reward-classifier DEMOS` where DEMOS stays in place")
+        train, held = split_episodes(labelled_frames(demos), self.meta.get("holdout", 0.25), self.meta.get("seed", 0))
+        self.train = tuple(np.concatenate([e[i] for e in train]) for i in (0, 1))
+        self.held = tuple(np.concatenate([e[i] for e in held]) for i in (0, 1))
+        self.frames: list[np.ndarray] = []
+        self.labels: list[bool] = []
+        self.new = 0  # judged frames not yet learned from
+        self.vetoes = 0  # of the current episode
+        self.refits = 0
+        if (self.dir / FRAMES).exists():  # a restarted actor: the verdicts so far, and the classifier refit on them
+            with np.load(self.dir / FRAMES) as saved:
+                self.frames, self.labels = list(saved["frames"]), [bool(v) for v in saved["labels"]]
+            self.classifier = RewardClassifier.load(self.dir)
+            self.refits = self.classifier.metadata.get("refits", 0)
+
+    def __call__(self, obs: dict[str, np.ndarray]) -> bool:
+        if "rgb" not in obs:
+            raise UserError("robot.reward is a reward classifier, but the robot sends no camera frame (obs 'rgb')")
+        if not self.classifier.success_prob(obs["rgb"]) > 0.5:
+            return False
+        verdict = bool(self.judge(obs))
+        self.frames.append(np.array(obs["rgb"]))
+        self.labels.append(verdict)
+        self.new += 1
+        self.vetoes += int(not verdict)
+        return verdict
+
+    def episode_stats(self) -> dict[str, float]:
+        """This episode's vetoes (claimed successes the judge refused), for the episode's statistics."""
+        vetoes, self.vetoes = self.vetoes, 0
+        return {"vetoes": float(vetoes)}
+
+    def refit(self) -> dict | None:
+        """Learns from the frames judged since the last refit (between episodes); saves them and the classifier.
+        Returns the refit's statistics, or None when nothing new was judged."""
+        if not self.new:
+            return None
+        frames, labels = np.stack(self.frames), np.asarray(self.labels, bool)
+        self.refits += 1
+        fit(self.classifier, [self.train, (frames, labels)], self.refit_steps, seed=self.seed + self.refits)
+        self.new = 0
+        stats = {"refits": self.refits, "judged_frames": len(labels), "vetoed_frames": int((~labels).sum()),
+                 "heldout_accuracy": accuracy(self.classifier, *self.held)}
+        self.meta.update(stats)
+        self.classifier.metadata = self.meta
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / f".{FRAMES}.tmp-{os.getpid()}.npz"
+        np.savez(tmp, frames=frames, labels=labels)
+        os.replace(tmp, self.dir / FRAMES)
+        save(self.classifier, self.dir, self.meta)
+        with open(self.dir / "refits.jsonl", "a") as f:
+            f.write(json.dumps(stats) + "\n")
+        return stats

@@ -1,0 +1,95 @@
+"""A reward classifier whose claimed successes a judge checks (`robot.judge`, HIL-SERL's relabelling): a
+vetoed claim pays nothing and keeps the episode going, and the classifier refit on the verdicts unlearns the
+false positives it was shown, on frames of episodes the judge never saw; the verdicts and the refit classifier
+survive a restart, and the classifier the run started from is left as it was.
+
+The classifier under test is made to claim success on nearly every frame (its head's bias shifted): the worst
+case of a reward an RL learner could exploit."""
+import hashlib
+
+import numpy as np
+import pytest
+import torch
+from helpers import ROOT, roborl_in_process
+
+from roborl.errors import UserError
+from roborl.reward_classifier import FILE, RewardClassifier, labelled_frames, save, split_episodes, train_reward_classifier
+from roborl.robot.hil import TransitionRecorder
+from roborl.robot.judged_reward import JudgedClassifier
+from roborl.robot.operators import success_flag_judge
+
+
+@pytest.fixture(scope="module")
+def claims_everything(tmp_path_factory):
+    """A Push classifier (48 px, noisy-expert episodes) whose head calls every frame a success, and its demos."""
+    root = tmp_path_factory.mktemp("judged")
+    proc = roborl_in_process("demos", "Push", "--episodes", "24", "--rgb", "--size", "48", "--noise", "0.3",
+                             "--out", str(root / "demos"), "--seed", "3", "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    train_reward_classifier(root / "demos", root / "classifier", epochs=3, progress=False)
+    model = RewardClassifier.load(root / "classifier")
+    frames, labels = frames_of(root, "train")
+    with torch.no_grad():  # shifted to claim success on 95% of the failing frames it trained on
+        model.head.bias -= float(torch.quantile(model(torch.as_tensor(frames[~labels])), 0.05)) - 0.5
+    save(model, root / "classifier", model.metadata)
+    return root
+
+
+def frames_of(root, which: str) -> tuple[np.ndarray, np.ndarray]:
+    meta = RewardClassifier.load(root / "classifier").metadata
+    train, held = split_episodes(labelled_frames(root / "demos"), meta["holdout"], meta["seed"])
+    episodes = held if which == "held" else train
+    return tuple(np.concatenate([e[i] for e in episodes]) for i in (0, 1))
+
+
+def false_positive_rate(model: RewardClassifier, frames: np.ndarray, labels: np.ndarray) -> float:
+    called = (model.success_prob(frames) > 0.5).numpy()
+    return float(called[~labels].mean())
+
+
+def test_vetoes_pay_nothing_and_the_refit_unlearns_the_false_positives(claims_everything, tmp_path):
+    root = claims_everything
+    original = hashlib.sha256((root / "classifier" / FILE).read_bytes()).hexdigest()
+    judged = JudgedClassifier(RewardClassifier.load(root / "classifier"), success_flag_judge(), tmp_path / "corr",
+                              refit_steps=100)
+    frames, labels = frames_of(root, "train")
+    held_frames, held_labels = frames_of(root, "held")
+    assert false_positive_rate(judged.classifier, held_frames, held_labels) > 0.9  # it claims nearly everything
+    recorder = TransitionRecorder(judged, judged.episode_stats)
+    shown = np.arange(0, len(frames), 3)  # a third of the training frames reach the judge, as claimed successes
+    verdicts = [judged({"rgb": frames[i], "success": np.bool_(labels[i])}) for i in shown]
+    assert verdicts == list(labels[shown])  # the judge's word is the reward: vetoes pay nothing
+    assert judged.vetoes == int((~labels[shown]).sum()) > 0 and judged.new == len(shown)
+    recorder._close_episode(False)
+    assert recorder.episodes[-1]["vetoes"] == float((~labels[shown]).sum()) and judged.vetoes == 0
+
+    stats = judged.refit()
+    assert stats["judged_frames"] == len(shown) and stats["vetoed_frames"] == int((~labels[shown]).sum())
+    fp = false_positive_rate(judged.classifier, held_frames, held_labels)
+    called_success = float((judged.classifier.success_prob(held_frames[held_labels]) > 0.5).numpy().mean())
+    print(f"\nheld-out false positives -> {fp:.3f}; held-out successes still called {called_success:.3f}; "
+          f"held-out accuracy {stats['heldout_accuracy']:.3f}")
+    assert fp < 0.3 and called_success > 0.5 and stats["heldout_accuracy"] > 0.75
+    assert judged.refit() is None  # nothing new judged
+
+    again = JudgedClassifier(RewardClassifier.load(root / "classifier"), success_flag_judge(), tmp_path / "corr")
+    assert len(again.labels) == len(shown) and again.refits == 1  # a restarted actor keeps the verdicts
+    assert torch.equal(again.classifier.success_prob(held_frames[:64]), judged.classifier.success_prob(held_frames[:64]))
+    assert hashlib.sha256((root / "classifier" / FILE).read_bytes()).hexdigest() == original  # never overwritten
+
+
+def test_a_judge_without_its_classifiers_training_frames_or_the_success_flag_is_one_line(claims_everything, tmp_path):
+    model = RewardClassifier.load(claims_everything / "classifier")
+    model.metadata = {**model.metadata, "demos": str(tmp_path / "gone.hdf5")}
+    with pytest.raises(UserError, match="its training frames .* are not here: retrain it"):
+        JudgedClassifier(model, success_flag_judge(), tmp_path / "corr")
+    with pytest.raises(UserError, match="only the twin sends"):
+        success_flag_judge()({"rgb": np.zeros((48, 48, 3), np.uint8)})
+
+
+def test_a_judge_of_the_success_flag_is_a_one_line_config_error(tmp_path):
+    proc = roborl_in_process("train", str(ROOT / "configs" / "hil_sac_push.yaml"),
+                             "robot.judge=roborl.robot.operators:success_flag_judge", f"train.run_dir={tmp_path}")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith(
+        "roborl: error: robot.judge checks the successes a reward classifier claims"), proc.stderr[-2000:]
+    assert not list(tmp_path.iterdir())
