@@ -164,6 +164,9 @@ def main() -> None:
                      f"{s['actor_episodes']} | " + " | ".join(', '.join('-' if np.isnan(v) else f'{v:.1f}' for v in w)
                                                               for w in windows.values()) + " |")
         curves[name] = [(robot_minutes(st), r) for st, r in history]
+        if s["env_steps"] < steps:
+            probes.append(f"{name}: stopped by its wall-clock cap (train.max_minutes {args.minutes * 1.5:g}) after "
+                          f"{robot_minutes(s['env_steps']):.1f} of its {args.minutes:g} robot minutes")
         data[name] = {"summary": s, **{f"{k}_per_episode_per_5min": w for k, w in windows.items()}}
         judged = {"the classifier it started from": classifier}
         if args.judge:

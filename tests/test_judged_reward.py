@@ -6,11 +6,13 @@ survive a restart, and the classifier the run started from is left as it was.
 The classifier under test is made to claim success on nearly every frame (its head's bias shifted): the worst
 case of a reward an RL learner could exploit."""
 import hashlib
+import json
 
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, roborl_in_process
+import yaml
+from helpers import ROOT, roborl, roborl_in_process
 
 from roborl.errors import UserError
 from roborl.reward_classifier import FILE, RewardClassifier, labelled_frames, save, split_episodes, train_reward_classifier
@@ -93,3 +95,30 @@ def test_a_judge_of_the_success_flag_is_a_one_line_config_error(tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith(
         "roborl: error: robot.judge checks the successes a reward classifier claims"), proc.stderr[-2000:]
     assert not list(tmp_path.iterdir())
+
+
+def test_a_judged_run_logs_vetoes_and_keeps_its_refits_in_the_run(claims_everything, tmp_path):
+    """`roborl train` with a robot actor (its own real-time Push twin) rewarded by the classifier that claims
+    nearly every frame, judged by the twin's flag: the episodes' vetoes reach TensorBoard, and the refits and
+    the judged frames land in the run's reward_corrections/."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config = tmp_path / "judged.yaml"
+    config.write_text(yaml.safe_dump({
+        "env": {"id": "mujoco/Push", "num_envs": 1},
+        "policy": {"kind": "gaussian", "hidden": [32, 32]},
+        "train": {"algorithm": "sac", "total_steps": 160, "rollout_steps": 20, "eval_every": 1000, "eval_episodes": 2,
+                  "eval_envs": 2, "video": False, "progress": False, "run_dir": str(tmp_path), "name": "run",
+                  "threads": 1},
+        "sac": {"seed_steps": 40, "batch_size": 32, "utd_ratio": 0.5},
+        "resources": {"actor": "robot"},
+        "robot": {"episode_steps": 20, "reward": str(claims_everything / "classifier"), "refit_steps": 20,
+                  "judge": "roborl.robot.operators:success_flag_judge"}}))
+    proc = roborl("train", str(config), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    refits = [json.loads(line) for line in (tmp_path / "run" / "reward_corrections" / "refits.jsonl").read_text().splitlines()]
+    assert len(refits) >= 2 and refits[-1]["vetoed_frames"] > 0 and refits[-1]["judged_frames"] >= refits[0]["judged_frames"]
+    assert RewardClassifier.load(tmp_path / "run" / "reward_corrections").metadata["refits"] == refits[-1]["refits"]
+    tb = EventAccumulator(str(tmp_path / "run" / "tb"))
+    tb.Reload()
+    assert sum(e.value for e in tb.Scalars("rollout/vetoes")) > 0
