@@ -52,6 +52,7 @@ def classifier_on_policy(checkpoint: Path, classifier: Path, episodes: int = 50,
     ckpt.load_policy(policy)
     env = make_env(cfg.env, episodes, seed, torch.device("cpu"))
     obs = env.reset(seed=seed)
+    torch.manual_seed(seed)  # the same episodes for every classifier probed on this policy
     said = torch.zeros(episodes, dtype=torch.bool)
     true = torch.zeros(episodes, dtype=torch.bool)
     false_positive, negatives = 0, 0
