@@ -16,7 +16,10 @@ Success is measured by the learner's deterministic evaluation: 50 episodes in th
 perturbation, every 2 robot minutes. Prints the table and writes docs/results/real_world_rl.md (the success
 flag as reward), real_world_rl_classifier.md or real_world_rl_judged.md.
 
-    python bench/real_world_rl.py [--minutes 30] [--runs runs/real_world_rl] [--reward classifier [--judge]] [--reuse]
+    python bench/real_world_rl.py [--minutes 30] [--reward classifier [--judge]] [--runs DIR] [--reuse]
+
+The runs go to runs/ and the page's name (runs/real_world_rl, runs/real_world_rl_classifier or
+runs/real_world_rl_judged) unless --runs says otherwise.
 """
 from __future__ import annotations
 
@@ -96,7 +99,7 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=30.0, help="robot (twin) minutes per RL arm")
     p.add_argument("--demos", type=int, default=20)
     p.add_argument("--classifier-episodes", type=int, default=120, help="labelled episodes the classifier learns from")
-    p.add_argument("--runs", type=Path, default=ROOT / "runs" / "real_world_rl")
+    p.add_argument("--runs", type=Path, help="where the runs go (default: runs/ and the page's name)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reward", choices=["success", "classifier"], default="success",
                    help="the RL arms' reward: the twin's success flag, or the reward classifier on its camera")
@@ -107,6 +110,7 @@ def main() -> None:
     if args.judge and args.reward != "classifier":
         p.error("--judge checks the reward classifier's successes: add --reward classifier")
     page = {"success": "real_world_rl", "classifier": "real_world_rl_judged" if args.judge else "real_world_rl_classifier"}
+    args.runs = args.runs or ROOT / "runs" / page[args.reward]
     runs = args.runs.resolve()
     runs.mkdir(parents=True, exist_ok=True)
     demos, cls_demos, classifier = runs / "demos", runs / "classifier_demos", runs / "classifier"
