@@ -28,7 +28,7 @@ from roborl.errors import UserError
 from roborl.robot.control_loop import ControlLoop
 from roborl.robot.hil import SuccessFn, TransitionRecorder
 from roborl.robot.interface import RobotInterface
-from roborl.robot.judged_reward import JudgedClassifier
+from roborl.robot.judged_reward import JudgedClassifier, claims_success
 from roborl.robot.link import ActorLink, parse_address
 from roborl.robot.teleop import ScriptedOperator, TeleopDevice
 
@@ -101,9 +101,7 @@ def make_success_fn(spec: str, robot: RobotConfig | None = None) -> tuple[Succes
                                    robot.corrections or "reward_corrections", robot.refit_steps, robot.seed)
     else:
         def success(obs: dict) -> bool:
-            if "rgb" not in obs:
-                raise UserError("robot.reward is a reward classifier, but the robot sends no camera frame (obs 'rgb')")
-            return bool(classifier.success_prob(obs["rgb"]) > 0.5)
+            return claims_success(classifier, obs)
     camera, (height, width) = meta.get("camera", "front"), meta["size"]
     return success, {"camera": camera, "render_size": (height, width // len(camera_views(camera)))}  # per view
 

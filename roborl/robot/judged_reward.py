@@ -34,6 +34,13 @@ Judge = Callable[[dict[str, np.ndarray]], bool]
 FRAMES = "judged_frames.npz"
 
 
+def claims_success(classifier: RewardClassifier, obs: dict[str, np.ndarray]) -> bool:
+    """The classifier's verdict on the robot's camera frame."""
+    if "rgb" not in obs:
+        raise UserError("robot.reward is a reward classifier, but the robot sends no camera frame (obs 'rgb')")
+    return bool(classifier.success_prob(obs["rgb"]) > 0.5)
+
+
 class JudgedClassifier:
     """The robot's success function (`TransitionRecorder`'s) when `robot.judge` is set."""
 
@@ -62,9 +69,7 @@ class JudgedClassifier:
             self.refits = self.classifier.metadata.get("refits", 0)
 
     def __call__(self, obs: dict[str, np.ndarray]) -> bool:
-        if "rgb" not in obs:
-            raise UserError("robot.reward is a reward classifier, but the robot sends no camera frame (obs 'rgb')")
-        if not self.classifier.success_prob(obs["rgb"]) > 0.5:
+        if not claims_success(self.classifier, obs):
             return False
         verdict = bool(self.judge(obs))
         self.frames.append(np.array(obs["rgb"]))
