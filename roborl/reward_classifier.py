@@ -102,6 +102,11 @@ def split_episodes(episodes: list, holdout: float, seed: int) -> tuple[list, lis
     return [episodes[i] for i in order[n_held:]], [episodes[i] for i in order[:n_held]]
 
 
+def stacked(episodes: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The frames and the labels of `episodes` (from `labelled_frames`), each joined into one array."""
+    return np.concatenate([f for f, _ in episodes]), np.concatenate([lab for _, lab in episodes])
+
+
 def train_reward_classifier(demos: str | Path, out: str | Path, *, epochs: int = 30, holdout: float = 0.25,
                             batch_size: int = 64, lr: float = 3e-4, seed: int = 0, progress: bool = True) -> dict:
     """Trains on the demos' episodes but a held-out `holdout` fraction; returns and stores the accuracies."""
@@ -109,8 +114,7 @@ def train_reward_classifier(demos: str | Path, out: str | Path, *, epochs: int =
     if not 0 < holdout < 1:
         raise UserError(f"--holdout must be in (0, 1), got {holdout}")
     train, held = split_episodes(episodes, holdout, seed)
-    frames, labels = (np.concatenate([e[i] for e in train]) for i in (0, 1))
-    held_frames, held_labels = (np.concatenate([e[i] for e in held]) for i in (0, 1))
+    (frames, labels), (held_frames, held_labels) = stacked(train), stacked(held)
     if len(train) == 0 or labels.all() or not labels.any():
         raise UserError(f"the training episodes of '{demos}' need frames of both success and failure "
                         f"({int(labels.sum())} of {len(labels)} are successes); record more varied episodes")

@@ -15,7 +15,15 @@ import yaml
 from helpers import ROOT, roborl, roborl_in_process
 
 from roborl.errors import UserError
-from roborl.reward_classifier import FILE, RewardClassifier, labelled_frames, save, split_episodes, train_reward_classifier
+from roborl.reward_classifier import (
+    FILE,
+    RewardClassifier,
+    labelled_frames,
+    save,
+    split_episodes,
+    stacked,
+    train_reward_classifier,
+)
 from roborl.robot.hil import TransitionRecorder
 from roborl.robot.judged_reward import JudgedClassifier
 from roborl.robot.operators import success_flag_judge
@@ -40,8 +48,7 @@ def claims_everything(tmp_path_factory):
 def frames_of(root, which: str) -> tuple[np.ndarray, np.ndarray]:
     meta = RewardClassifier.load(root / "classifier").metadata
     train, held = split_episodes(labelled_frames(root / "demos"), meta["holdout"], meta["seed"])
-    episodes = held if which == "held" else train
-    return tuple(np.concatenate([e[i] for e in episodes]) for i in (0, 1))
+    return stacked(held if which == "held" else train)
 
 
 def false_positive_rate(model: RewardClassifier, frames: np.ndarray, labels: np.ndarray) -> float:

@@ -28,7 +28,7 @@ from roborl.errors import UserError
 from roborl.robot.control_loop import ControlLoop
 from roborl.robot.hil import SuccessFn, TransitionRecorder
 from roborl.robot.interface import RobotInterface
-from roborl.robot.judged_reward import JudgedClassifier, claims_success
+from roborl.robot.judged_reward import CORRECTIONS, JudgedClassifier, claims_success
 from roborl.robot.link import ActorLink, parse_address
 from roborl.robot.teleop import ScriptedOperator, TeleopDevice
 
@@ -98,7 +98,7 @@ def make_success_fn(spec: str, robot: RobotConfig | None = None) -> tuple[Succes
         from roborl.imports import import_factory
 
         success = JudgedClassifier(classifier, import_factory(robot.judge, "robot.judge")(),
-                                   robot.corrections or "reward_corrections", robot.refit_steps, robot.seed)
+                                   robot.corrections or CORRECTIONS, robot.refit_steps, robot.seed)
     else:
         def success(obs: dict) -> bool:
             return claims_success(classifier, obs)

@@ -25,6 +25,7 @@ from roborl.collect import EpisodeLog
 from roborl.collector import Collector
 from roborl.config import Config, config_to_dict
 from roborl.errors import UserError
+from roborl.robot.judged_reward import CORRECTIONS
 from roborl.robot.link import LearnerLink, parse_address
 
 EPISODE_KEYS = ("return", "success", "length", "interventions", "vetoes")  # vetoes: with robot.judge only
@@ -62,7 +63,7 @@ class RobotCollector(Collector):
         """Listen for the actor (with the first weights ready for it), and start it unless it runs elsewhere."""
         cfg = config_to_dict(self.cfg)
         if cfg["robot"]["corrections"] is None and self.run_dir is not None:  # where a judge's verdicts are kept
-            cfg["robot"]["corrections"] = str(self.run_dir / "reward_corrections")
+            cfg["robot"]["corrections"] = str(self.run_dir / CORRECTIONS)
         try:
             self.link = LearnerLink(self.host, self.port, cfg)
         except OSError as exc:

@@ -28,10 +28,11 @@ from pathlib import Path
 import numpy as np
 
 from roborl.errors import UserError
-from roborl.reward_classifier import RewardClassifier, accuracy, fit, labelled_frames, save, split_episodes
+from roborl.reward_classifier import RewardClassifier, accuracy, fit, labelled_frames, save, split_episodes, stacked
 
 Judge = Callable[[dict[str, np.ndarray]], bool]
 FRAMES = "judged_frames.npz"
+CORRECTIONS = "reward_corrections"  # robot.corrections by default: this directory of the run
 
 
 def claims_success(classifier: RewardClassifier, obs: dict[str, np.ndarray]) -> bool:
@@ -55,8 +56,7 @@ class JudgedClassifier:
                             f"but its training frames ({demos or 'not recorded in the classifier'}) are not here: "
                             "retrain it with `roborl reward-classifier DEMOS` where DEMOS stays in place")
         train, held = split_episodes(labelled_frames(demos), self.meta.get("holdout", 0.25), self.meta.get("seed", 0))
-        self.train = tuple(np.concatenate([e[i] for e in train]) for i in (0, 1))
-        self.held = tuple(np.concatenate([e[i] for e in held]) for i in (0, 1))
+        self.train, self.held = stacked(train), stacked(held)
         self.frames: list[np.ndarray] = []
         self.labels: list[bool] = []
         self.new = 0  # judged frames not yet learned from
