@@ -114,8 +114,11 @@ def train_reward_classifier(demos: str | Path, out: str | Path, *, epochs: int =
     if not 0 < holdout < 1:
         raise UserError(f"--holdout must be in (0, 1), got {holdout}")
     train, held = split_episodes(episodes, holdout, seed)
+    if not train:
+        raise UserError(f"'{demos}' has {len(episodes)} episode(s), all held out to measure accuracy: record more "
+                        "episodes (a quarter of them are held out by default, at least one)")
     (frames, labels), (held_frames, held_labels) = stacked(train), stacked(held)
-    if len(train) == 0 or labels.all() or not labels.any():
+    if labels.all() or not labels.any():
         raise UserError(f"the training episodes of '{demos}' need frames of both success and failure "
                         f"({int(labels.sum())} of {len(labels)} are successes); record more varied episodes")
     torch.manual_seed(seed)

@@ -46,6 +46,12 @@ def test_frames_without_images_or_a_broken_file_are_one_line(tmp_path):
     proc = roborl_in_process("reward-classifier", str(tmp_path / "state_only"), "--out", str(tmp_path / "clf"))
     assert proc.returncode == 2 and "has no obs/rgb frames: record them with `roborl demos TASK --rgb`" in proc.stderr
     assert not (tmp_path / "clf").exists()
+    proc = roborl_in_process("demos", "PickPlace", "--episodes", "1", "--rgb", "--size", "48", "--out", str(tmp_path / "one"),
+                             "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    proc = roborl_in_process("reward-classifier", str(tmp_path / "one"), "--out", str(tmp_path / "clf"))
+    assert proc.returncode == 2 and "has 1 episode(s), all held out to measure accuracy: record more" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "clf").exists()
     proc = roborl_in_process("demos", "PickPlace", "--episodes", "1", "--rgb", "--camera", "wrist", "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "unknown camera 'wrist'; the scene's cameras: front, workspace" in proc.stderr
     broken = tmp_path / "broken.safetensors"
