@@ -29,7 +29,17 @@ from pathlib import Path
 from typing import NamedTuple
 
 import torch
-from study import RESULTS, first_reaching, median_to, pretraining_stage, record_vla_demos, run_once, run_stage, write_results
+from study import (
+    RESULTS,
+    first_reaching,
+    median_to,
+    pretraining_stage,
+    record_vla_demos,
+    run_once,
+    run_stage,
+    side_by_side,
+    write_results,
+)
 
 from roborl.config import Config, load_config
 from roborl.demos import demos_file, record_demos
@@ -157,7 +167,7 @@ def prerequisite(stage: str, runs: Path, reuse: bool, common: list[str], trained
 def train_seeds(config: str, seeds: list[int], minutes: float, start: list[str], runs: Path, reuse: bool,
                 common: list[str], jobs: int) -> list[dict]:
     """One `roborl train` per training seed, `jobs` side by side (one torch thread each); their summaries."""
-    threads = ["train.threads=1"] if jobs > 1 else []
+    threads = side_by_side(jobs)
 
     def one(seed: int) -> dict:
         name = f"{config}_seed{seed}"

@@ -178,11 +178,17 @@ def seeds_study_parser(description: str, run_dir: str, steps: int) -> argparse.A
     return p
 
 
+def side_by_side(jobs: int) -> list[str]:
+    """Overrides for one of `jobs` runs sharing the machine: one torch thread each, in rollouts and updates alike
+    (a run alone lets its update take the cores its idle simulator leaves; side by side those cores are taken)."""
+    return ["train.threads=1", "train.update_threads=1"] if jobs > 1 else []
+
+
 def train_runs(runs: list[tuple[str, list[str]]], run_dir: Path, reuse: bool, jobs: int = 1) -> list[dict]:
     """`roborl train` for each (run name, CLI arguments after `train`), `jobs` side by side (one torch thread
     each when more than one), each in its own process with its log beside its run; their summaries (a finished
     run is read back with `reuse`)."""
-    threads = ["train.threads=1"] if jobs > 1 else []
+    threads = side_by_side(jobs)
 
     def one(run: tuple[str, list[str]]) -> dict:
         name, args = run

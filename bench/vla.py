@@ -35,7 +35,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from study import pretraining_stage, record_vla_demos, run_stage, write_results
+from study import pretraining_stage, record_vla_demos, run_stage, side_by_side, write_results
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from roborl.config import load_config
@@ -124,7 +124,7 @@ def main() -> None:
             with ThreadPoolExecutor(a.jobs) as pool:
                 stages = list(pool.map(lambda name, seed: stage(name, [
                     "train", f"configs/{config}.yaml", f"{start}={sft_ckpt}", f"train.seed={seed}",
-                    f"train.name={name}", *common], runs, a.reuse), names, a.seeds))
+                    f"train.name={name}", *common, *side_by_side(a.jobs)], runs, a.reuse), names, a.seeds))
             last = [runs / name / "checkpoints" / "last.safetensors" for name in names]  # best may be the start
             rl_scores = per_task(last, runs / f"eval_{config}", a.episodes, runs / f"eval_{config}.log")
             rows.append({"family": family, "algorithm": algorithm, "sft": sft_scores, "rl": rl_scores,

@@ -168,6 +168,62 @@ def test_a_reward_machine_on_the_robot_is_one_line_error(tmp_path):
     assert not list(tmp_path.iterdir())  # nothing half-written
 
 
+def twin_processes() -> set[int]:
+    """Pids of the twin processes running on this machine (an actor's own twin runs as `roborl.robot.twin`)."""
+    pids = set()
+    for proc in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{proc}/cmdline", "rb") as f:
+                if b"roborl.robot.twin" in f.read():
+                    pids.add(int(proc))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+@pytest.mark.parametrize("setting, error", [
+    ("robot.operator=test_real_world_rl:no_such_rule",
+     "roborl: error: robot.operator 'test_real_world_rl:no_such_rule': cannot import no_such_rule from "
+     "test_real_world_rl (module 'test_real_world_rl' has no attribute 'no_such_rule')"),
+    ("robot.reward=no/such/classifier", "roborl: error: 'no/such/classifier' is not a reward classifier written by "
+                                        "`roborl reward-classifier` (No such file or directory: no/such/classifier)")])
+def test_what_the_learners_own_actor_cannot_load_is_one_line_before_the_run(setting, error, tmp_path):
+    before = twin_processes()
+    learner = spawn("-m", "roborl.cli", "train", str(ROOT / "configs" / "hil_sac_push.yaml"), setting,
+                    f"train.run_dir={tmp_path}")
+    _, err = learner.communicate(timeout=120)
+    assert learner.returncode == 2 and err.strip().splitlines() == [error], err[-2000:]
+    assert not list(tmp_path.iterdir()) and twin_processes() == before  # nothing written, no robot started
+
+
+def test_an_actor_that_cannot_load_its_operator_starts_no_robot(tmp_path):
+    """An actor on another machine than its learner finds the operator missing there: it says so in one line
+    and exits, and the twin it would have driven is never started (a twin left running would go on stepping)."""
+    address = f"127.0.0.1:{free_port()}"
+    config = tmp_path / "hil.yaml"
+    config.write_text(yaml.safe_dump({
+        "env": {"id": "mujoco/Reach", "num_envs": 1}, "policy": {"kind": "gaussian", "hidden": [32, 32]},
+        "train": {"algorithm": "sac", "total_steps": 100, "rollout_steps": 20, "video": False, "progress": False,
+                  "run_dir": str(tmp_path), "name": "hil", "threads": 1},
+        "resources": {"actor": "robot"},
+        "robot": {"learner": address, "spawn_actor": False, "operator": "test_real_world_rl:no_such_rule"}}))
+    before = twin_processes()
+    learner = spawn("-m", "roborl.cli", "train", str(config))
+    try:
+        wait_until(lambda: (tmp_path / "hil").exists(), 120, "the learner's run")
+        actor = spawn("-m", "roborl.cli", "actor", address)
+        _, err = actor.communicate(timeout=120)
+    finally:
+        learner.kill()
+    leaked = twin_processes() - before
+    for pid in leaked:
+        os.kill(pid, signal.SIGKILL)
+    assert actor.returncode == 2 and err.strip().splitlines() == [
+        "roborl: error: robot.operator 'test_real_world_rl:no_such_rule': cannot import no_such_rule from "
+        "test_real_world_rl (module 'test_real_world_rl' has no attribute 'no_such_rule')"], err[-2000:]
+    assert not leaked
+
+
 def test_the_link_resends_what_the_learner_lacks_and_forgets_what_it_acknowledged():
     rows = lambda n: {"reward": np.zeros(n, np.float32), "action": np.zeros((n, 2), np.float32)}  # noqa: E731
     learner = LearnerLink("127.0.0.1", 0, {"env": {}})

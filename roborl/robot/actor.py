@@ -55,7 +55,12 @@ def make_robot(cfg: Config, metadata: dict, view: dict) -> tuple[RobotInterface,
             proc, uri = start_twin(TwinSettings(cfg.env.id, cfg.env.controller, cfg.env.control_freq, dict(r.perturb),
                                                 r.seed, **view))
         robot = TwinRobot(uri)
-        robot.connect()
+        try:
+            robot.connect()
+        except BaseException:
+            if proc is not None:
+                proc.kill()
+            raise
         return robot, (lambda: (robot.close(), proc and proc.kill()))
     if r.address is None or r.task is None:
         raise UserError("robot.kind franka needs robot.address (the arm's IP, or franky-sim's host) and robot.task "
@@ -68,6 +73,24 @@ def make_robot(cfg: Config, metadata: dict, view: dict) -> tuple[RobotInterface,
     robot = TaskRobot(FrankaRobot(r.address, metadata, task_state=task.state), task)
     robot.connect()
     return robot, robot.close
+
+
+def check_loadable(robot: RobotConfig) -> None:
+    """What an actor on this machine will load, loaded once now: the code the robot's settings name
+    (`module:factory`) and the reward classifier. A learner that starts its own actor calls it before the run
+    begins, so a typo is a one-line error with nothing written, not the actor's exit after the run opened."""
+    from roborl.imports import import_factory
+
+    named = [("robot.operator", robot.operator), ("robot.judge", robot.judge)]
+    if robot.kind == "franka" and robot.task is not None:
+        named.append(("robot.task", robot.task))
+    for key, spec in named:
+        if ":" in spec:
+            import_factory(spec, key)
+    if robot.reward != "success":
+        from roborl.reward_classifier import RewardClassifier
+
+        RewardClassifier.load(robot.reward)
 
 
 def make_operator(spec: str) -> TeleopDevice | None:
@@ -149,29 +172,29 @@ def run_actor(learner: str, episodes: int | None = None, exit_with_stdin: bool =
     policy = PolicyCopy(cfg)
     success_fn, classifier_view = make_success_fn(cfg.robot.reward, cfg.robot)
     judged = success_fn if isinstance(success_fn, JudgedClassifier) else None  # refit between episodes
+    operator = make_operator(cfg.robot.operator)  # before the robot: a bad operator starts no robot
     robot, release = make_robot(cfg, policy.metadata, camera_view(cfg, classifier_view))
-    recorder = TransitionRecorder(success_fn, judged.episode_stats if judged else None)
-    loop: ControlLoop | None = None
+    try:  # from here on, whatever ends the actor stops the robot
+        recorder = TransitionRecorder(success_fn, judged.episode_stats if judged else None)
+        loop: ControlLoop | None = None
 
-    def on_step(step) -> None:
-        if recorder.record(step):
-            loop.end_episode()
-        if len(recorder.rows) >= 10:  # a batch every half second at 20 Hz: the learner sees data soon
-            link.send(*recorder.take())
+        def on_step(step) -> None:
+            if recorder.record(step):
+                loop.end_episode()
+            if len(recorder.rows) >= 10:  # a batch every half second at 20 Hz: the learner sees data soon
+                link.send(*recorder.take())
 
-    operator = make_operator(cfg.robot.operator)
-    loop = ControlLoop(robot, policy, policy.metadata, teleop=operator, on_step=on_step)
-    steps = cfg.robot.episode_steps or policy.metadata["env"]["episode_length"]
-    report = {"episodes": 0, "transitions": 0, "batches": 0, "interventions": 0, "stops": []}
-    stop = threading.Event()
+        loop = ControlLoop(robot, policy, policy.metadata, teleop=operator, on_step=on_step)
+        steps = cfg.robot.episode_steps or policy.metadata["env"]["episode_length"]
+        report = {"episodes": 0, "transitions": 0, "batches": 0, "interventions": 0, "stops": []}
+        stop = threading.Event()
 
-    def halt(*_) -> None:
-        stop.set()
-        loop.estop("actor_stopped")
-    signal.signal(signal.SIGTERM, halt)
-    if exit_with_stdin:
-        threading.Thread(target=lambda: (sys.stdin.read(), halt()), daemon=True, name="stdin-watch").start()
-    try:
+        def halt(*_) -> None:
+            stop.set()
+            loop.estop("actor_stopped")
+        signal.signal(signal.SIGTERM, halt)
+        if exit_with_stdin:
+            threading.Thread(target=lambda: (sys.stdin.read(), halt()), daemon=True, name="stdin-watch").start()
         while not (link.done.is_set() or link.lost.is_set() or stop.is_set()):
             if episodes is not None and report["episodes"] >= episodes:
                 break

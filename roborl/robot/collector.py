@@ -25,6 +25,7 @@ from roborl.collect import EpisodeLog
 from roborl.collector import Collector
 from roborl.config import Config, config_to_dict
 from roborl.errors import UserError
+from roborl.robot.actor import check_loadable
 from roborl.robot.judged_reward import CORRECTIONS
 from roborl.robot.link import LearnerLink, parse_address
 
@@ -46,6 +47,8 @@ class RobotCollector(Collector):
             self.host, self.port = parse_address(cfg.robot.learner)
         except ValueError as exc:
             raise UserError(f"robot.learner: {exc}") from exc
+        if cfg.robot.spawn_actor:
+            check_loadable(cfg.robot)
         # the task's spaces for the policy, and the simulated evaluation
         self.env = make_run_env(cfg, 1, cfg.train.seed, device)
         self.link: LearnerLink | None = None
@@ -107,6 +110,9 @@ class RobotCollector(Collector):
         """The actor this learner started must be alive while it waits for it (one it did not start may come
         and go: the learner waits for it)."""
         if self.actor is not None and self.actor.poll() is not None:
+            if not self.rows:
+                raise UserError(f"the actor process exited with code {self.actor.returncode} before it sent anything "
+                                "(its error is above)")
             raise UserError(f"the actor process exited with code {self.actor.returncode} (its error is above); the "
                             "last checkpoint holds what it sent: resume with train.resume=RUN/checkpoints/last.safetensors")
 

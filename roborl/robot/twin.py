@@ -214,6 +214,7 @@ class Twin:
 
 
 def serve_twin(settings: TwinSettings, host: str = "127.0.0.1", port: int = 0) -> None:
+    from websockets.exceptions import ConnectionClosed
     from websockets.sync.server import serve
 
     built = threading.Event()
@@ -238,13 +239,16 @@ def serve_twin(settings: TwinSettings, host: str = "127.0.0.1", port: int = 0) -
     twin = made["twin"]
 
     def handler(connection) -> None:
-        for payload in connection:
-            try:
-                request = unpack(payload)
-                reply = twin.handle(request) if isinstance(request, dict) else {"type": "error", "error": "not a map"}
-            except WireError as exc:
-                reply = {"type": "error", "error": str(exc)}
-            connection.send(pack(reply))
+        try:
+            for payload in connection:
+                try:
+                    request = unpack(payload)
+                    reply = twin.handle(request) if isinstance(request, dict) else {"type": "error", "error": "not a map"}
+                except WireError as exc:
+                    reply = {"type": "error", "error": str(exc)}
+                connection.send(pack(reply))
+        except ConnectionClosed:  # a client that died mid-session: its connection ends, the twin goes on
+            pass
 
     with serve(handler, host, port, compression=None, ping_interval=None) as server:
         bound = server.socket.getsockname()
