@@ -325,6 +325,9 @@ class RobotConfig:
     judge: str = "none"
     corrections: str | None = None  # where the judged frames and the refit classifier go (None: RUN/reward_corrections)
     refit_steps: int = param(100, ge=1)  # Adam steps of each refit on the judged frames, between episodes
+    # judged frames not yet learned from that start a refit (1: after every episode the judge was asked in); each
+    # refit holds the robot between episodes for refit_steps steps, so fewer refits leave it more robot time
+    refit_every: int = param(1, ge=1)
     # none | keyboard | gamepad | spacemouse (roborl/robot/teleop_devices.py) | module:factory: a scripted operator,
     # the factory returning its rule obs -> action or None (roborl/robot/teleop.py)
     operator: str = "none"

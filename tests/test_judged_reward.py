@@ -87,6 +87,32 @@ def test_vetoes_pay_nothing_and_the_refit_unlearns_the_false_positives(claims_ev
     assert hashlib.sha256((root / "classifier" / FILE).read_bytes()).hexdigest() == original  # never overwritten
 
 
+def test_verdicts_are_saved_every_episode_and_learned_from_every_refit_every_frames(claims_everything, tmp_path):
+    """robot.refit_every: fewer refits (each holds the robot between episodes), and no verdict lost meanwhile."""
+    root, corr = claims_everything, tmp_path / "corr"
+    frames, labels = frames_of(root, "train")
+
+    def judged_classifier() -> JudgedClassifier:
+        return JudgedClassifier(RewardClassifier.load(root / "classifier"), success_flag_judge(), corr, refit_steps=5,
+                                refit_every=4)
+    judged = judged_classifier()
+    claimed = np.flatnonzero((judged.classifier.success_prob(frames[:200]) > 0.5).numpy())[:4]
+    assert len(claimed) == 4
+    for i in claimed[:3]:
+        judged({"rgb": frames[i], "success": np.bool_(labels[i])})
+    assert judged.refit() is None and not (corr / FILE).exists()  # 3 new verdicts: no refit yet
+    with np.load(corr / "judged_frames.npz") as saved:
+        assert saved["labels"].tolist() == labels[claimed[:3]].tolist()  # but the verdicts are on disk
+
+    again = judged_classifier()  # an actor restarted before the refit keeps the verdicts still to learn from
+    assert again.new == 3 and again.refits == 0
+    again({"rgb": frames[claimed[3]], "success": np.bool_(labels[claimed[3]])})
+    stats = again.refit()
+    assert stats["refits"] == 1 and stats["judged_frames"] == 4 and (corr / FILE).exists()
+    after = judged_classifier()  # restarted after the refit: nothing left to learn from
+    assert after.new == 0 and after.refits == 1 and after.refit() is None
+
+
 def test_a_judge_without_its_classifiers_training_frames_or_the_success_flag_is_one_line(claims_everything, tmp_path):
     model = RewardClassifier.load(claims_everything / "classifier")
     model.metadata = {**model.metadata, "demos": str(tmp_path / "gone.hdf5")}

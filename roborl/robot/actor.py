@@ -121,7 +121,8 @@ def make_success_fn(spec: str, robot: RobotConfig | None = None) -> tuple[Succes
         from roborl.imports import import_factory
 
         success = JudgedClassifier(classifier, import_factory(robot.judge, "robot.judge")(),
-                                   robot.corrections or CORRECTIONS, robot.refit_steps, robot.seed)
+                                   robot.corrections or CORRECTIONS, robot.refit_steps, robot.seed,
+                                   robot.refit_every)
     else:
         def success(obs: dict) -> bool:
             return claims_success(classifier, obs)

@@ -9,13 +9,15 @@ goes to a judge (`robot.judge`) before it ends the episode:
 - confirmed: the step is rewarded and the episode ends, and the frame is kept as a labelled success;
 - vetoed: no reward, the episode goes on, and the frame is kept as a labelled failure.
 
-Between episodes the classifier is refit (`robot.refit_steps` Adam steps) on its own training frames and the
-judged ones, each half of every batch, so the false positives the policy found are the ones it unlearns.
+Between episodes the verdicts are saved, and once `robot.refit_every` of them are new the classifier is refit
+(`robot.refit_steps` Adam steps) on its own training frames and the judged ones, each half of every batch, so
+the false positives the policy found are the ones it unlearns.
 The judge is asked only about claimed successes, a handful per episode: that is the labelling a person
 watching the robot can do, and the count is logged (rollout/vetoes, and the judged frames in the report).
 
 The judged frames and the refit classifier are kept in `robot.corrections` (the run's `reward_corrections/`
-by default), written whole after each refit; an actor that restarts picks them up from there, and the
+by default), the frames written whole after every episode with a verdict and the classifier after each refit;
+an actor that restarts picks them up from there (and refits on what it had not yet learned from), and the
 classifier the run started from is never overwritten.
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from roborl.errors import UserError
-from roborl.reward_classifier import RewardClassifier, accuracy, fit, labelled_frames, save, split_episodes, stacked
+from roborl.reward_classifier import FILE, RewardClassifier, accuracy, fit, labelled_frames, save, split_episodes, stacked
 
 Judge = Callable[[dict[str, np.ndarray]], bool]
 FRAMES = "judged_frames.npz"
@@ -46,8 +48,9 @@ class JudgedClassifier:
     """The robot's success function (`TransitionRecorder`'s) when `robot.judge` is set."""
 
     def __init__(self, classifier: RewardClassifier, judge: Judge, corrections: str | Path, refit_steps: int = 100,
-                 seed: int = 0) -> None:
+                 seed: int = 0, refit_every: int = 1) -> None:
         self.classifier, self.judge, self.refit_steps, self.seed = classifier, judge, refit_steps, seed
+        self.refit_every = refit_every
         self.meta = dict(classifier.metadata)
         self.dir = Path(corrections)
         demos = self.meta.get("demos")
@@ -65,8 +68,13 @@ class JudgedClassifier:
         if (self.dir / FRAMES).exists():  # a restarted actor: the verdicts so far, and the classifier refit on them
             with np.load(self.dir / FRAMES) as saved:
                 self.frames, self.labels = list(saved["frames"]), [bool(v) for v in saved["labels"]]
-            self.classifier = RewardClassifier.load(self.dir)
-            self.refits = self.classifier.metadata.get("refits", 0)
+            learned = 0  # of them, the frames the last refit learned from
+            if (self.dir / FILE).exists():
+                self.classifier = RewardClassifier.load(self.dir)
+                self.refits = self.classifier.metadata.get("refits", 0)
+                learned = self.classifier.metadata.get("judged_frames", 0)
+            self.new = len(self.labels) - learned
+        self.saved = len(self.labels)  # judged frames on disk
 
     def __call__(self, obs: dict[str, np.ndarray]) -> bool:
         if not claims_success(self.classifier, obs):
@@ -84,9 +92,15 @@ class JudgedClassifier:
         return {"vetoes": float(vetoes)}
 
     def refit(self) -> dict | None:
-        """Learns from the frames judged since the last refit (between episodes); saves them and the classifier.
-        Returns the refit's statistics, or None when nothing new was judged."""
-        if not self.new:
+        """Between episodes: saves the verdicts, and once `refit_every` judged frames are new learns from them and
+        saves the classifier. Returns the refit's statistics, or None when it did not refit."""
+        if self.saved < len(self.labels):
+            self.dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.dir / f".{FRAMES}.tmp-{os.getpid()}.npz"
+            np.savez(tmp, frames=np.stack(self.frames), labels=np.asarray(self.labels, bool))
+            os.replace(tmp, self.dir / FRAMES)
+            self.saved = len(self.labels)
+        if not self.new or self.new < self.refit_every:
             return None
         frames, labels = np.stack(self.frames), np.asarray(self.labels, bool)
         self.refits += 1
@@ -96,10 +110,6 @@ class JudgedClassifier:
                  "heldout_accuracy": accuracy(self.classifier, *self.held)}
         self.meta.update(stats)
         self.classifier.metadata = self.meta
-        self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.dir / f".{FRAMES}.tmp-{os.getpid()}.npz"
-        np.savez(tmp, frames=frames, labels=labels)
-        os.replace(tmp, self.dir / FRAMES)
         save(self.classifier, self.dir, self.meta)
         with open(self.dir / "refits.jsonl", "a") as f:
             f.write(json.dumps(stats) + "\n")
