@@ -265,7 +265,7 @@ def test_sac_trains_a_squashed_gaussian_with_demonstrations_in_its_second_buffer
     policy = runner.policy
     obs = runner.env.reset(seed=0)
     with torch.no_grad():
-        action, log_prob = policy.sample(obs)
+        action, log_prob, _ = policy.sample(obs)
         mean = policy.distribution(policy.features(obs)).mean
         assert torch.equal(policy.act(obs, deterministic=True).action, torch.tanh(mean))
     assert action.abs().max() < 1 and torch.isfinite(log_prob).all()

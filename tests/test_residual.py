@@ -172,7 +172,7 @@ def test_sac_critic_moves_toward_the_bellman_target():
     torch.manual_seed(1)
     _, target_a = sac.critic_loss(batch)
     torch.manual_seed(1)
-    a2, logp2 = policy.sample(next_obs)
+    a2, logp2, _ = policy.sample(next_obs)
     q1, q2 = sac.target(policy.features(next_obs), a2)
     expected = batch["reward"] + 0.9 * (1 - batch["terminated"]) * (torch.min(q1, q2) - sac.alpha * logp2)
     torch.testing.assert_close(target_a, expected.detach())

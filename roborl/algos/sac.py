@@ -76,11 +76,12 @@ class SAC(Algorithm):
     def critic_loss(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean squared Bellman error of both critics against the soft target, and the target."""
         with torch.no_grad():
-            next_action, next_logp = self.policy.sample(batch["next_obs"])
-            tq1, tq2 = self.target(self.policy.features(batch["next_obs"]), next_action)
+            next_action, next_logp, next_features = self.policy.sample(batch["next_obs"])
+            tq1, tq2 = self.target(next_features, next_action)
             soft_v = torch.min(tq1, tq2) - self.alpha * next_logp
             target = batch["reward"] + self.cfg.gamma * (1 - batch["terminated"]) * soft_v
-        q1, q2 = self.critic(self.policy.features(batch["obs"]), batch["action"])
+            features = self.policy.features(batch["obs"])  # no gradient into the policy's encoder: the actor's loss trains it
+        q1, q2 = self.critic(features, batch["action"])
         return 0.5 * ((q1 - target).square().mean() + (q2 - target).square().mean()), target
 
     @property
@@ -102,8 +103,8 @@ class SAC(Algorithm):
         self.updates += 1
         if self.updates % self.cfg.actor_delay == 0:
             obs = batch["obs"]
-            action, logp = self.policy.sample(obs)
-            q1, q2 = self.critic(self.policy.features(obs), action)
+            action, logp, features = self.policy.sample(obs)
+            q1, q2 = self.critic(features, action)
             actor_loss = (self.alpha * logp - torch.min(q1, q2)).mean()
             self.actor_opt.zero_grad(set_to_none=True)
             actor_loss.backward()
@@ -167,7 +168,7 @@ class SAC(Algorithm):
 
     def act(self, obs: dict) -> Act:
         """A residual's sample where it is on and the bare base elsewhere; a Gaussian policy's sample."""
-        action, log_prob = self.policy.sample(obs)
+        action, log_prob, _ = self.policy.sample(obs)
         if not self.residual:
             return Act(action, log_prob)
         return Act(torch.where(self.residual_on[:, None], action, obs["base_action"]), log_prob)

@@ -23,8 +23,9 @@ Hooks (defaults in brackets)
 - `start_finetuning()`: called once a pretrained policy is loaded for RL (freeze a reference copy) [nothing].
 - `backbone_parameters()`: a pretrained backbone's parameters, for `algo.backbone_lr` [none].
 - `critic_parameters()`: the critic's parameters, for `algo.critic_lr` [those of a submodule `critic`].
-- `sample(obs) -> (action, log_prob)` and `features(obs)`, `feature_dim`: what SAC needs (a reparameterized
-  sample, and the input its critics share) [not an off-policy policy: an error].
+- `sample(obs) -> (action, log_prob, features)` and `features(obs)`, `feature_dim`: what SAC needs (a
+  reparameterized sample, and the input its critics share, computed once for both) [not an off-policy policy:
+  an error].
 """
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ class Policy(nn.Module, ABC):
 
     feature_dim = 0  # the size of `features(obs)`, for SAC's critics
 
-    def sample(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         raise NotImplementedError(f"{type(self).__name__} has no reparameterized sample: SAC trains residual "
                                   "policies (policy.kind residual)")
 

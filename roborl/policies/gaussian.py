@@ -114,13 +114,15 @@ class GaussianActorCritic(Policy):
         action = dist.mean if deterministic else dist.sample()
         return Act(action, dist.log_prob(action).sum(-1), self.critic(x).squeeze(-1))
 
-    def sample(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterized squashed action and its log-prob (SAC's actor loss)."""
+    def sample(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A reparameterized squashed action, its log-prob, and the features it was drawn from (SAC's critics
+        read them: the image encoder runs once for both)."""
         if not self.sac:
             raise NotImplementedError("this Gaussian policy was built for PPO; SAC builds its own (sac=True)")
-        dist = self.distribution(self.features(obs))
+        x = self.features(obs)
+        dist = self.distribution(x)
         u = dist.rsample()
-        return torch.tanh(u), squashed_log_prob(dist, u)
+        return torch.tanh(u), squashed_log_prob(dist, u), x
 
     def evaluate(self, obs: dict, act: Act) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         x = self.features(obs)

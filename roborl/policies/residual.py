@@ -81,11 +81,12 @@ class ResidualPolicy(Policy):
     def value(self, obs: dict) -> torch.Tensor:
         return self.critic(self.features(obs)).squeeze(-1)
 
-    def sample(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterized action and its log-prob (SAC's actor loss)."""
-        dist = self.distribution(self.features(obs))
+    def sample(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A reparameterized action, its log-prob and the features it was drawn from (SAC's actor loss)."""
+        x = self.features(obs)
+        dist = self.distribution(x)
         u = dist.rsample()
-        return self.compose(obs, u), squashed_log_prob(dist, u)
+        return self.compose(obs, u), squashed_log_prob(dist, u), x
 
     def bc_regularizer(self, obs: dict, act: Act) -> torch.Tensor:
         """Penalty on the residual's magnitude, mean tanh(μ)²: PPO's `bc_coef` pulls toward the base."""
