@@ -232,6 +232,13 @@ def markdown(rows: list[dict], args: argparse.Namespace, trained: dict[str, dict
              "| recipe | measured | seeds | threshold | reached (k/n) | final success IQM [95% CI] | mean [95% CI] | "
              "median env steps to threshold | median minutes to threshold | per-seed final success |",
              "|---|---|---|---|---|---|---|---|---|---|", *map(table_row, rows)]
+    started = [row for row in rows if row.get("median_env_steps_to_threshold") == 0]
+    if started:
+        lines += ["", "A median of 0 env steps to the threshold: the policy the recipe starts from (its BC / SFT "
+                  "prerequisite, evaluated before the first update) already met it, so the row's threshold says "
+                  "nothing of what RL adds; the start's eval success, per seed: " +
+                  "; ".join(f"{row['recipe']} " + ", ".join(f"{run['eval_history'][0][2]:.2f}" for run in row["runs"])
+                            for row in started) + "."]
     overridden = [f"`--seeds {args.seeds}` (the recipes' own: 5 or 3 seeds)" if args.seeds else "",
                   f"`--max-minutes {args.max_minutes:g}` for every run{', prerequisites included' if trained else ''} "
                   "instead of the recipes' budgets" if args.max_minutes else ""]
