@@ -245,11 +245,12 @@ def markdown(rows: list[dict], args: argparse.Namespace, trained: dict[str, dict
     if any(overridden):
         lines += ["", "**Overridden, so these numbers do not stand for the recipes:** " +
                   "; ".join(o for o in overridden if o) + "."]
-    if trained:
+    starts = {name: s["best_success_rate"] for name, s in trained.items()}
+    starts |= {name: best for row in rows for name, best in row.get("prerequisites", {}).items()}  # earlier rows'
+    if starts:
         lines += ["", "Prerequisites, each trained once (`roborl bc`, seed 0 of its own config, on scripted demos) "
                   "and shared by all seeds of the recipes that start from it (`policy.init` or `residual.base`): " +
-                  ", ".join(f"`{name}` (best eval {s.get('best_success_rate', float('nan')):.2f})"
-                            for name, s in trained.items()) + "."]
+                  ", ".join(f"`{name}` (best eval {best:.2f})" for name, best in starts.items()) + "."]
     extra = ([f"--seeds={args.seeds}"] if args.seeds else []) + ([f"--max-minutes={args.max_minutes:g}"]
                                                                  if args.max_minutes else [])
     lines += ["", "Each row again:", ""]
@@ -316,7 +317,9 @@ def main() -> None:
             continue
         start = start_from(cfg, runs, args.reuse, common, trained)
         summaries = train_seeds(config, seeds, recipe.minutes, start, runs, args.reuse, common, args.jobs)
-        rows.append(card(config, recipe, seeds, summaries))
+        stages = [stage for value in (cfg.policy.init, cfg.residual.base) if (stage := pretraining_stage(value))]
+        rows.append({**card(config, recipe, seeds, summaries),
+                     "prerequisites": {stage: trained[stage]["best_success_rate"] for stage in stages}})
     rows = merged_with_earlier(rows, args)
     measured = {row["recipe"]: row["mean"] for row in rows if "mean" in row}
     write_results("recipes", "Recipe cards: every shipped recipe over training seeds", markdown(rows, args, trained),
