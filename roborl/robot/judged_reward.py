@@ -62,18 +62,16 @@ class JudgedClassifier:
         self.train, self.held = stacked(train), stacked(held)
         self.frames: list[np.ndarray] = []
         self.labels: list[bool] = []
-        self.new = 0  # judged frames not yet learned from
+        self.learned = 0  # judged frames the last refit learned from
         self.vetoes = 0  # of the current episode
         self.refits = 0
         if (self.dir / FRAMES).exists():  # a restarted actor: the verdicts so far, and the classifier refit on them
             with np.load(self.dir / FRAMES) as saved:
                 self.frames, self.labels = list(saved["frames"]), [bool(v) for v in saved["labels"]]
-            learned = 0  # of them, the frames the last refit learned from
             if (self.dir / FILE).exists():
                 self.classifier = RewardClassifier.load(self.dir)
                 self.refits = self.classifier.metadata.get("refits", 0)
-                learned = self.classifier.metadata.get("judged_frames", 0)
-            self.new = len(self.labels) - learned
+                self.learned = self.classifier.metadata.get("judged_frames", 0)
         self.saved = len(self.labels)  # judged frames on disk
 
     def __call__(self, obs: dict[str, np.ndarray]) -> bool:
@@ -82,9 +80,13 @@ class JudgedClassifier:
         verdict = bool(self.judge(obs))
         self.frames.append(np.array(obs["rgb"]))
         self.labels.append(verdict)
-        self.new += 1
         self.vetoes += int(not verdict)
         return verdict
+
+    @property
+    def new(self) -> int:
+        """Judged frames not yet learned from."""
+        return len(self.labels) - self.learned
 
     def episode_stats(self) -> dict[str, float]:
         """This episode's vetoes (claimed successes the judge refused), for the episode's statistics."""
@@ -94,18 +96,20 @@ class JudgedClassifier:
     def refit(self) -> dict | None:
         """Between episodes: saves the verdicts, and once `refit_every` judged frames are new learns from them and
         saves the classifier. Returns the refit's statistics, or None when it did not refit."""
-        if self.saved < len(self.labels):
-            self.dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.dir / f".{FRAMES}.tmp-{os.getpid()}.npz"
-            np.savez(tmp, frames=np.stack(self.frames), labels=np.asarray(self.labels, bool))
-            os.replace(tmp, self.dir / FRAMES)
-            self.saved = len(self.labels)
-        if not self.new or self.new < self.refit_every:
+        if self.saved == len(self.labels) and self.new < self.refit_every:
             return None
         frames, labels = np.stack(self.frames), np.asarray(self.labels, bool)
+        if self.saved < len(labels):
+            self.dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.dir / f".{FRAMES}.tmp-{os.getpid()}.npz"
+            np.savez(tmp, frames=frames, labels=labels)
+            os.replace(tmp, self.dir / FRAMES)
+            self.saved = len(labels)
+        if self.new < self.refit_every:
+            return None
         self.refits += 1
         fit(self.classifier, [self.train, (frames, labels)], self.refit_steps, seed=self.seed + self.refits)
-        self.new = 0
+        self.learned = len(labels)
         stats = {"refits": self.refits, "judged_frames": len(labels), "vetoed_frames": int((~labels).sum()),
                  "heldout_accuracy": accuracy(self.classifier, *self.held)}
         self.meta.update(stats)
