@@ -130,6 +130,22 @@ def test_a_judge_of_the_success_flag_is_a_one_line_config_error(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_a_learner_whose_judge_cannot_refit_says_so_before_the_run(claims_everything, tmp_path):
+    """The judge's classifier was moved away from its training frames: the learner that starts its own actor
+    says so in one line before the run opens (not the actor, once a twin runs and the run dir is written)."""
+    model = RewardClassifier.load(claims_everything / "classifier")
+    save(model, tmp_path / "classifier", {**model.metadata, "demos": str(tmp_path / "gone.hdf5")})
+    runs = tmp_path / "runs"
+    proc = roborl_in_process("train", str(ROOT / "configs" / "hil_sac_push.yaml"),
+                             f"robot.reward={tmp_path / 'classifier'}",
+                             "robot.judge=roborl.robot.operators:success_flag_judge", f"train.run_dir={runs}")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"roborl: error: robot.judge refits the reward classifier on its training frames and the judged ones, but "
+        f"its training frames ({tmp_path / 'gone.hdf5'}) are not here: retrain it with `roborl reward-classifier "
+        f"DEMOS` where DEMOS stays in place"], proc.stderr[-2000:]
+    assert not runs.exists() or not list(runs.iterdir())
+
+
 def test_a_judged_run_logs_vetoes_and_keeps_its_refits_in_the_run(claims_everything, tmp_path):
     """`roborl train` with a robot actor (its own real-time Push twin) rewarded by the classifier that claims
     nearly every frame, judged by the twin's flag: the episodes' vetoes reach TensorBoard, the refits and the

@@ -65,32 +65,32 @@ def make_robot(cfg: Config, metadata: dict, view: dict) -> tuple[RobotInterface,
     if r.address is None or r.task is None:
         raise UserError("robot.kind franka needs robot.address (the arm's IP, or franky-sim's host) and robot.task "
                         "(e.g. roborl.robot.cell_tasks:Reach)")
-    from roborl.imports import import_factory
     from roborl.robot.cell_tasks import TaskRobot
     from roborl.robot.franka import FrankaRobot
 
-    task = import_factory(r.task, "robot.task")()
+    task = make_task(r.task)
     robot = TaskRobot(FrankaRobot(r.address, metadata, task_state=task.state), task)
     robot.connect()
     return robot, robot.close
 
 
-def check_loadable(robot: RobotConfig) -> None:
-    """What an actor on this machine will load, loaded once now: the code the robot's settings name
-    (`module:factory`) and the reward classifier. A learner that starts its own actor calls it before the run
-    begins, so a typo is a one-line error with nothing written, not the actor's exit after the run opened."""
+def make_task(spec: str):
+    """`robot.task` (module:factory): what a Franka cell does, e.g. roborl.robot.cell_tasks:Reach."""
     from roborl.imports import import_factory
 
-    named = [("robot.operator", robot.operator), ("robot.judge", robot.judge)]
-    if robot.kind == "franka" and robot.task is not None:
-        named.append(("robot.task", robot.task))
-    for key, spec in named:
-        if ":" in spec:
-            import_factory(spec, key)
-    if robot.reward != "success":
-        from roborl.reward_classifier import RewardClassifier
+    return import_factory(spec, "robot.task")()
 
-        RewardClassifier.load(robot.reward)
+
+def check_loadable(robot: RobotConfig) -> None:
+    """Builds what an actor on this machine builds from the robot's settings, but the robot and a teleop device
+    (hardware): the reward (classifier, judge), a scripted operator and a Franka cell's task. A learner that starts
+    its own actor calls it before the run begins, so a typo is a one-line error with nothing written, not the
+    actor's exit after the run opened."""
+    make_success_fn(robot.reward, robot)
+    if ":" in robot.operator:
+        make_operator(robot.operator)
+    if robot.kind == "franka" and robot.task is not None:
+        make_task(robot.task)
 
 
 def make_operator(spec: str) -> TeleopDevice | None:
