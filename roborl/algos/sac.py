@@ -73,14 +73,16 @@ class SAC(Algorithm):
     def alpha(self) -> torch.Tensor:
         return self.log_alpha.exp().detach()
 
-    def critic_loss(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """Mean squared Bellman error of both critics against the soft target, and the target."""
+    def critic_loss(self, batch: dict, features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean squared Bellman error of both critics against the soft target, and the target. `features`: the
+        batch's obs features where the caller has them; no gradient reaches the policy's encoder through them
+        (the actor's loss trains it)."""
         with torch.no_grad():
             next_action, next_logp, next_features = self.policy.sample(batch["next_obs"])
             tq1, tq2 = self.target(next_features, next_action)
             soft_v = torch.min(tq1, tq2) - self.alpha * next_logp
             target = batch["reward"] + self.cfg.gamma * (1 - batch["terminated"]) * soft_v
-            features = self.policy.features(batch["obs"])  # no gradient into the policy's encoder: the actor's loss trains it
+            features = self.policy.features(batch["obs"]) if features is None else features.detach()
         q1, q2 = self.critic(features, batch["action"])
         return 0.5 * ((q1 - target).square().mean() + (q2 - target).square().mean()), target
 
@@ -94,16 +96,17 @@ class SAC(Algorithm):
         if batch is None:
             return self.iteration_stats()
         stats: dict[str, float] = {}
-        loss, target = self.critic_loss(batch)
+        actor_step = (self.updates + 1) % self.cfg.actor_delay == 0
+        features = self.policy.features(batch["obs"]) if actor_step else None  # the encoder runs once for both losses
+        loss, target = self.critic_loss(batch, features)
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.comm.average_gradients(list(self.critic.parameters()))
         self.critic_opt.step()
         stats.update(critic_loss=loss.item(), q_target=target.mean().item())
         self.updates += 1
-        if self.updates % self.cfg.actor_delay == 0:
-            obs = batch["obs"]
-            action, logp, features = self.policy.sample(obs)
+        if actor_step:
+            action, logp, features = self.policy.sample(batch["obs"], features)
             q1, q2 = self.critic(features, action)
             actor_loss = (self.alpha * logp - torch.min(q1, q2)).mean()
             self.actor_opt.zero_grad(set_to_none=True)

@@ -82,7 +82,7 @@ class Policy(nn.Module, ABC):
 
     feature_dim = 0  # the size of `features(obs)`, for SAC's critics
 
-    def sample(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample(self, obs: dict, features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         raise NotImplementedError(f"{type(self).__name__} has no reparameterized sample: SAC trains residual "
                                   "policies (policy.kind residual)")
 

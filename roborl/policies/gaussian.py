@@ -114,12 +114,12 @@ class GaussianActorCritic(Policy):
         action = dist.mean if deterministic else dist.sample()
         return Act(action, dist.log_prob(action).sum(-1), self.critic(x).squeeze(-1))
 
-    def sample(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sample(self, obs: dict, features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """A reparameterized squashed action, its log-prob, and the features it was drawn from (SAC's critics
-        read them: the image encoder runs once for both)."""
+        read them: the image encoder runs once for both); `features`: this obs's, where the caller has them."""
         if not self.sac:
             raise NotImplementedError("this Gaussian policy was built for PPO; SAC builds its own (sac=True)")
-        x = self.features(obs)
+        x = self.features(obs) if features is None else features
         dist = self.distribution(x)
         u = dist.rsample()
         return torch.tanh(u), squashed_log_prob(dist, u), x

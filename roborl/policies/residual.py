@@ -81,9 +81,10 @@ class ResidualPolicy(Policy):
     def value(self, obs: dict) -> torch.Tensor:
         return self.critic(self.features(obs)).squeeze(-1)
 
-    def sample(self, obs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """A reparameterized action, its log-prob and the features it was drawn from (SAC's actor loss)."""
-        x = self.features(obs)
+    def sample(self, obs: dict, features: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A reparameterized action, its log-prob and the features it was drawn from (SAC's actor loss);
+        `features`: this obs's, where the caller has them."""
+        x = self.features(obs) if features is None else features
         dist = self.distribution(x)
         u = dist.rsample()
         return self.compose(obs, u), squashed_log_prob(dist, u), x
