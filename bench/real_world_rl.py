@@ -12,14 +12,18 @@ Three arms, one seed each (the twin runs in real time, so each RL arm costs its 
   distance to the cube grew for three steps in a row, more than 5 cm from it) and guides the TCP behind the
   cube and through it for 20 steps; those steps go to the demonstration buffer too.
 
+With `--images` the RL arms' policies see what a robot without a perception stack has: the front camera's 64×64
+frames and the arm's proprioception, not the cube's pose (`env.obs_mode: rgb`, `env.proprio_only: true`); their
+demonstrations are the same episodes recorded that way.
+
 Success is measured by the learner's deterministic evaluation: 50 episodes in the simulation with the twin's
 perturbation, every 2 robot minutes. Prints the table and writes docs/results/real_world_rl.md (the success
 flag as reward), real_world_rl_classifier.md or real_world_rl_judged.md.
 
-    python bench/real_world_rl.py [--minutes 30] [--reward classifier [--judge]] [--runs DIR] [--reuse]
+    python bench/real_world_rl.py [--minutes 30] [--reward classifier [--judge]] [--images] [--runs DIR] [--reuse]
 
 The runs go to runs/ and the page's name (runs/real_world_rl, runs/real_world_rl_classifier or
-runs/real_world_rl_judged) unless --runs says otherwise.
+runs/real_world_rl_judged; `_images` added with --images) unless --runs says otherwise.
 """
 from __future__ import annotations
 
@@ -48,9 +52,10 @@ def classifier_on_policy(checkpoint: Path, classifier: Path, episodes: int = 50,
     cfg = config_from_dict(ckpt.config)
     clf = RewardClassifier.load(classifier)
     cfg.env.obs_mode, cfg.env.render_size = "rgb", list(clf.metadata["size"])
-    state_cfg = config_from_dict(ckpt.config)  # the policy sees the state; the frames are for the classifier
-    spaces = make_env(state_cfg.env, 1, seed, torch.device("cpu"))
-    policy = make_run_policy(state_cfg, spaces)
+    policy_cfg = config_from_dict(ckpt.config)  # what the policy sees (with images, the classifier's view)
+    spaces = make_env(policy_cfg.env, 1, seed, torch.device("cpu"))
+    policy = make_run_policy(policy_cfg, spaces)
+    seen = list(spaces.observation_space.spaces)
     spaces.close()
     ckpt.load_policy(policy)
     env = make_env(cfg.env, episodes, seed, torch.device("cpu"))
@@ -61,7 +66,7 @@ def classifier_on_policy(checkpoint: Path, classifier: Path, episodes: int = 50,
     false_positive, negatives = 0, 0
     for _ in range(env.unwrapped.max_episode_steps):
         with torch.no_grad():
-            obs, _, _, _, info = env.step(policy.act({"state": obs["state"]}).action)
+            obs, _, _, _, info = env.step(policy.act({k: obs[k] for k in seen}).action)
         called = clf.success_prob(obs["rgb"]) > 0.5
         success = info["success"].bool()
         false_positive += int((called & ~success).sum())
@@ -105,11 +110,16 @@ def main() -> None:
                    help="the RL arms' reward: the twin's success flag, or the reward classifier on its camera")
     p.add_argument("--judge", action="store_true", help="a scripted judge checks the classifier's claimed successes, "
                    "and the classifier is refit on its verdicts (with --reward classifier)")
+    p.add_argument("--refit-every", type=int, default=1, help="with --judge: refit the classifier once this many judged "
+                   "frames are new (robot.refit_every)")
+    p.add_argument("--images", action="store_true", help="the RL arms' policies see the camera (64×64) and the arm's "
+                   "proprioception alone, not the cube's pose (env.obs_mode rgb, env.proprio_only)")
     p.add_argument("--reuse", action="store_true", help="reuse finished stages in --runs")
     args = p.parse_args()
     if args.judge and args.reward != "classifier":
         p.error("--judge checks the reward classifier's successes: add --reward classifier")
     page = {"success": "real_world_rl", "classifier": "real_world_rl_judged" if args.judge else "real_world_rl_classifier"}
+    page = {k: v + ("_images" if args.images else "") for k, v in page.items()}
     args.runs = args.runs or ROOT / "runs" / page[args.reward]
     runs = args.runs.resolve()
     runs.mkdir(parents=True, exist_ok=True)
@@ -117,6 +127,10 @@ def main() -> None:
     if not (args.reuse and (demos / "demos.hdf5").exists()):
         run_stage(["demos", TASK, "--episodes", str(args.demos), "--out", str(demos), "--seed", "1000", "--quiet"],
                   runs / "demos.log")
+    image_demos = runs / "image_demos"  # the same episodes (the same seed), seen as the image policies see them
+    if args.images and not (args.reuse and (image_demos / "demos.hdf5").exists()):
+        run_stage(["demos", TASK, "--episodes", str(args.demos), "--out", str(image_demos), "--seed", "1000", "--rgb",
+                   "--size", "64", "--proprio-only", "--quiet"], runs / "image_demos.log")
     if not (args.reuse and (classifier / "reward_classifier.safetensors").exists()):
         run_stage(["demos", TASK, "--episodes", str(args.classifier_episodes), "--rgb", "--size", "64", "--noise", "0.3",
                    "--out", str(cls_demos), "--seed", "5000", "--quiet"], runs / "classifier_demos.log")
@@ -127,10 +141,14 @@ def main() -> None:
         classifier_meta = json.loads(f.metadata()["reward_classifier"])
 
     steps = int(args.minutes * 60 * CONTROL_HZ)
-    common = [f"train.run_dir={runs}", f"train.seed={args.seed}", "train.progress=false", f"sac.demos={demos}",
+    images = ["env.obs_mode=rgb", "env.render_size=[64,64]", "env.proprio_only=true",
+              f"sac.buffer_size={steps}"] if args.images else []  # every transition kept, frames included
+    common = [*images, f"train.run_dir={runs}", f"train.seed={args.seed}", "train.progress=false",
+              f"sac.demos={image_demos if args.images else demos}",
               f"train.total_steps={steps}", f"train.max_minutes={args.minutes * 1.5:g}",
               f"robot.reward={classifier if args.reward == 'classifier' else 'success'}",
-              f"robot.judge={'roborl.robot.operators:success_flag_judge' if args.judge else 'none'}"]
+              f"robot.judge={'roborl.robot.operators:success_flag_judge' if args.judge else 'none'}",
+              f"robot.refit_every={args.refit_every}"]
     arms = {"RL": "none", "RL + interventions": "roborl.robot.operators:push_operator"}
 
     def arm(name: str) -> dict:
@@ -174,13 +192,17 @@ def main() -> None:
                           f"{robot_minutes(s['env_steps']):.1f} of its {args.minutes:g} robot minutes")
         data[name] = {"summary": s, **{f"{k}_per_episode_per_5min": w for k, w in windows.items()}}
         judged = {"the classifier it started from": classifier}
+        log = run / "reward_corrections" / "refits.jsonl"
+        refits = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         if args.judge:
-            refits = [json.loads(line) for line in (run / "reward_corrections" / "refits.jsonl").read_text().splitlines()]
             data[name]["refits"] = refits
+        if refits:
             judged["the classifier refit on the judge's verdicts"] = run / "reward_corrections"
             probes.append(f"{name}: {refits[-1]['refits']} refits on {refits[-1]['judged_frames']} judged frames "
                           f"({refits[-1]['vetoed_frames']} vetoed); held-out accuracy after the last "
                           f"{refits[-1]['heldout_accuracy']:.3f}")
+        elif args.judge:
+            probes.append(f"{name}: no refit (fewer than robot.refit_every {args.refit_every} judged frames)")
         for which, path in judged.items():
             probe = classifier_on_policy(run / "checkpoints" / "last.safetensors", path)
             data[name].setdefault("classifier_on_policy", {})[which] = probe
@@ -202,9 +224,13 @@ def main() -> None:
               "learner's deterministic evaluation of 50 episodes in the simulation with the twin's perturbation, every "
               "2 robot minutes (TensorBoard eval/success_once). Interventions (vetoes) per episode: the mean over the "
               "actor's episodes logged in each 5 robot minutes (TensorBoard rollout/interventions, rollout/vetoes). "
+              "The RL policies see the front camera's 64×64 frames and the arm's proprioception (joints, gripper, TCP), "
+              "not the cube's pose; BC alone sees the task's state (proprioception and the cube's pose: `roborl bc` "
+              "clones no image policy of this kind)." if args.images else
               "The policies observe the task's state (proprioception and the cube's pose)."]
     title = {"real_world_rl": "", "real_world_rl_classifier": ", rewarded by a reward classifier",
-             "real_world_rl_judged": ", rewarded by a judged reward classifier"}[page[args.reward]]
+             "real_world_rl_judged": ", rewarded by a judged reward classifier"}[page[args.reward].removesuffix("_images")]
+    title += ", from images and proprioception" if args.images else ""
     write_results(page[args.reward], f"Real-world RL on the perturbed Push twin{title}", lines, data,
                   f"{args.seed} (one per arm)",
                   curves=curves, plot_title="eval success vs robot minutes", xlabel="robot minutes")

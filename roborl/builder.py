@@ -55,6 +55,10 @@ def make_env(cfg: EnvConfig, num_envs: int, seed: int, device: torch.device) -> 
             options["randomization"] = cfg.randomize
         if cfg.critic_state:
             options["critic_state"] = True
+        if cfg.proprio_only:
+            options["proprio_only"] = True
+    elif cfg.proprio_only:
+        raise UserError(f"env.proprio_only works on the embedded mujoco/ arm tasks, not {cfg.id}")
     elif cfg.critic_state:
         raise UserError(f"env.critic_state works on the embedded mujoco/ tasks with privileged state, not {cfg.id}")
     elif cfg.randomize.enabled:

@@ -51,7 +51,8 @@ def _demos(args: argparse.Namespace) -> int:
     try:
         result = record_demos(env_id, args.episodes, record_to, num_envs=args.envs, seed=args.seed, rgb=args.rgb,
                               render_size=(args.size, args.size), action_noise=args.noise, progress=not args.quiet,
-                              episode_length=args.episode_length, dart=args.dart, camera=args.camera)
+                              episode_length=args.episode_length, dart=args.dart, camera=args.camera,
+                              proprio_only=args.proprio_only)
         if args.format == "lerobot":
             result = {**result, **write_dataset(record_to, args.out, progress=not args.quiet)}
     finally:
@@ -170,7 +171,8 @@ def _twin(args: argparse.Namespace) -> int:
     view = {}
     if "rgb" in client.metadata["observation"]:  # an image policy: the twin renders the task's camera at its size
         view = {"camera": "front", "render_size": tuple(client.metadata["observation"]["rgb"]["shape"][:2])}
-    proc, uri = start_twin(TwinSettings(env["id"], env["controller"], env["control_freq"], perturb, args.seed, **view))
+    proc, uri = start_twin(TwinSettings(env["id"], env["controller"], env["control_freq"], perturb, args.seed, **view,
+                                        proprio_only=env.get("proprio_only", False)))
     try:
         robot = TwinRobot(uri)
         robot.connect()
@@ -232,6 +234,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--dart", action="store_true",
                    help="with --noise: execute the noisy action, record the expert's (demos of recovering)")
     p.add_argument("--episode-length", type=int, help="control steps per episode (default: the task's)")
+    p.add_argument("--proprio-only", action="store_true", help="record the arm's proprioception alone as the state "
+                   "(for env.proprio_only policies; with --rgb the camera shows the rest)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_demos)
     p = sub.add_parser("eval", help="evaluate checkpoints deterministically; over tasks and seeds with --out DIR")

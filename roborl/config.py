@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -79,6 +78,10 @@ class EnvConfig:
     # asymmetric actor-critic: the task's privileged state (objects, goal) as `critic_state`, which a VLA's
     # value head reads beside the backbone features and the policy never does (embedded mujoco/ tasks that have it)
     critic_state: bool = False
+    # embedded mujoco/ arm tasks: `state` is the arm's proprioception alone (joint positions and velocities, gripper
+    # opening, TCP position), so objects and goals reach the policy through the camera only (env.obs_mode rgb), as
+    # on a robot without a perception stack
+    proprio_only: bool = False
     # training resets of a multi-task env sample each task in proportion to its weight (unnamed tasks weigh 1),
     # e.g. {push: 2}; evaluation keeps every task equally often
     task_weights: dict[str, float] = field(default_factory=dict)
@@ -439,19 +442,26 @@ STEP_BYTES = 64  # a lower bound on one env's rollout row without images (a few 
 
 
 def check_memory(cfg: Config) -> None:
-    """Refuses env counts and buffers whose memory, estimated from below, exceeds this machine's, before
-    anything is allocated (a run that cannot fit would otherwise swap for minutes, then fail)."""
+    """Refuses env counts and buffers whose memory, estimated from below, exceeds what this machine has available
+    now, before anything is allocated (a run that cannot fit would otherwise swap for minutes, or be killed for
+    memory once its buffer fills)."""
+    import psutil
+
     e, t = cfg.env, cfg.train
     image = 3 * e.render_size[0] * e.render_size[-1] if "rgb" in e.obs_mode else 0
     needed = e.num_envs * (ENV_BYTES + t.rollout_steps * (STEP_BYTES + image))
     if t.algorithm == "sac":
-        needed += cfg.sac.buffer_size * 2 * STEP_BYTES  # observation and next observation of each transition
-    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        # observation and next observation of each transition, in the online buffer and, where demonstrations or
+        # a robot's interventions fill it, the demonstration buffer of the same size
+        buffers = 2 if cfg.sac.demos or cfg.resources.actor == "robot" else 1
+        needed += buffers * cfg.sac.buffer_size * 2 * (STEP_BYTES + image)
+    available = psutil.virtual_memory().available
     if needed > available:
         replay = f", sac.buffer_size={cfg.sac.buffer_size}" if t.algorithm == "sac" else ""
+        replay += f", {e.render_size[0]}×{e.render_size[-1]} rgb observations" if image else ""
         raise UserError(f"this run needs at least {needed / 2**30:.1f} GiB (env.num_envs={e.num_envs}, "
-                        f"train.rollout_steps={t.rollout_steps}{replay}), more than this machine's "
-                        f"{available / 2**30:.1f} GiB: lower them")
+                        f"train.rollout_steps={t.rollout_steps}{replay}), more than the {available / 2**30:.1f} GiB "
+                        "this machine has available: lower them")
 
 
 def _type_name(tp: Any) -> str:

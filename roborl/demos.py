@@ -39,12 +39,13 @@ def demos_file(path: str | Path) -> Path:
 def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16, seed: int = 0,
                  rgb: bool = False, render_size: tuple[int, int] = (64, 64), action_noise: float = 0.0,
                  progress: bool = True, episode_length: int | None = None, dart: bool = False,
-                 camera: str | None = None) -> dict:
+                 camera: str | None = None, proprio_only: bool = False) -> dict:
     """Runs the task's scripted expert on `num_envs` envs until `episodes` episodes have ended and writes
     them (successful or not) to `out/demos.hdf5`. `action_noise` adds Gaussian noise to the expert's
     actions (a sloppier demonstrator). With `dart` the noisy action is executed but the expert's own is
     recorded (DART, Laskey et al. 2017): the demos then show the way back from small mistakes, which a
-    cloned policy makes in closed loop. Written to a temporary file and renamed: no half-written file."""
+    cloned policy makes in closed loop. `proprio_only`: the recorded `state` is the arm's proprioception alone
+    (env.proprio_only; with `rgb`, the camera shows the rest). Written to a temporary file and renamed: no half-written file."""
     from roborl import tasks
 
     if env_id not in tasks.EXPERTS:
@@ -55,6 +56,8 @@ def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16
         raise UserError("--dart records the expert's action while a noisy one is executed: give it --noise > 0")
     length = {} if episode_length is None else {"episode_length": episode_length}
     view = {} if camera is None else {"camera": camera}
+    if proprio_only:
+        view["proprio_only"] = True
     env = sim.make(env_id, num_envs, seed=seed, obs_mode="rgb" if rgb else "state", render_size=render_size, **length,
                    **view)
     expert = tasks.EXPERTS[env_id](env)
@@ -105,7 +108,7 @@ def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16
                         "control_freq": round(1 / env.control_dt), "episode_length": env.max_episode_steps,
                         "obs_keys": keys, "camera": camera or "front" if rgb else None, "action_dim": env.action_dim,
                         "action_noise": action_noise,
-                        "dart": dart}
+                        "dart": dart, "proprio_only": proprio_only}
             data.attrs.update(total=total, env_args=json.dumps(env_args), num_episodes=written,
                               success_rate=successes / max(written, 1))
         os.replace(tmp, path)

@@ -97,6 +97,16 @@ def test_values_are_checked_where_they_are_declared(overrides, message):
     assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
+def test_a_replay_of_images_that_cannot_fit_is_refused_before_anything_is_allocated():
+    """SAC's replay keeps each transition's observation and next observation: with images a buffer that fits
+    as states does not (it would be killed for memory once filled, or swap for minutes first)."""
+    replay = ["train.algorithm=sac", "sac.buffer_size=10000000", "env.num_envs=1"]
+    load_config(None, replay)
+    with pytest.raises(UserError, match=r"this run needs at least \d+\.\d GiB \(.*sac.buffer_size=10000000, 128×128 rgb "
+                                        r"observations\), more than the .* GiB this machine has available"):
+        load_config(None, [*replay, "env.obs_mode=rgb"])
+
+
 @pytest.mark.parametrize("content,message", [
     (b"\x8b\x1f\xff\xfe binary", "is not UTF-8 text"),
     (b"- env\n- train\n", "must hold a mapping of sections"),

@@ -142,6 +142,11 @@ class SAC(Algorithm):
         algo.comm.broadcast_module(algo.critic)  # several learners start from rank 0's critics
         algo.comm.broadcast_module(algo.target)
         algo.start_collection(cfg, residual_on, crm)
+        demo_state, state = algo.offline.data.get("obs.state"), env.observation_space["state"].shape[0]
+        if demo_state is not None and demo_state.shape[1] != state:
+            raise UserError(f"the demonstrations' states (sac.demos) have {demo_state.shape[1]} dims but the env's have "
+                            f"{state}: record them with this env's settings (roborl demos --proprio-only for "
+                            "env.proprio_only)")
         return algo
 
     def start_collection(self, cfg: Config, residual_on: torch.Tensor, crm: RewardMachineEnv | None) -> None:

@@ -78,7 +78,7 @@ def policy_io(cfg, env) -> dict:
     return {
         "env": {"id": cfg.env.id, "controller": cfg.env.controller, "control_freq": cfg.env.control_freq,
                 "control_dt": raw.control_dt, "episode_length": raw.max_episode_steps,
-                "instruction": getattr(raw, "instruction", "")},
+                "instruction": getattr(raw, "instruction", ""), "proprio_only": cfg.env.proprio_only},
         "observation": {k: {"shape": list(spaces[k].shape), "dtype": str(obs[k].numpy().dtype)} for k in obs},
         "obs_history": cfg.env.obs_history, "state_frame_dim": raw.observation_space["state"].shape[0],
         "action": {"dim": raw.action_dim, "chunk": cfg.env.action_chunk, "low": -1.0, "high": 1.0,

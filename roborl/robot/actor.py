@@ -53,7 +53,7 @@ def make_robot(cfg: Config, metadata: dict, view: dict) -> tuple[RobotInterface,
         proc, uri = None, r.address
         if uri is None:
             proc, uri = start_twin(TwinSettings(cfg.env.id, cfg.env.controller, cfg.env.control_freq, dict(r.perturb),
-                                                r.seed, **view))
+                                                r.seed, **view, proprio_only=cfg.env.proprio_only))
         robot = TwinRobot(uri)
         try:
             robot.connect()
@@ -153,7 +153,7 @@ class PolicyCopy:
 
     @torch.no_grad()
     def __call__(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        batch = {k: torch.from_numpy(np.asarray(v))[None] for k, v in obs.items()}
+        batch = {k: torch.from_numpy(np.array(v))[None] for k, v in obs.items()}  # a copy: the message's are read-only
         return self.policy.act(batch).action.reshape(1, -1).numpy()
 
 

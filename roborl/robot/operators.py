@@ -1,6 +1,7 @@
 """Scripted operators for the twin's tasks: the teleop devices of tests and benchmarks (`robot.operator:
 roborl.robot.operators:push_operator`), standing in for a person who watches the robot and steps in. They see
-what the robot sends (the task's `state`, `episode_step`) and command `ee_delta_pos` actions. And the scripted
+what the robot sends (the task's `state`, `episode_step`; the twin's `task_state` where the policy's `state` is the
+arm's proprioception alone, since the person sees the cube) and command `ee_delta_pos` actions. And the scripted
 judge of a reward classifier's claimed successes (`robot.judge`), standing in for the person who says whether
 the task is really done."""
 from __future__ import annotations
@@ -44,7 +45,7 @@ def push_operator() -> Callable[[dict], np.ndarray | None]:
     left = [0]
 
     def rule(obs):
-        state = obs["state"]
+        state = obs.get("task_state", obs["state"])
         if obs["episode_step"] == 0:
             distances.clear()
             left[0] = 0

@@ -41,6 +41,9 @@ class TwinSettings:
     command_timeout: float | None = None  # seconds without commands mid-episode before it stops itself (None: 4 periods)
     camera: str | None = None  # publish this camera's frame as `rgb` with every observation (None: no frames)
     render_size: tuple[int, int] = (64, 64)  # [height, width] of the frames
+    # `state` is the arm's proprioception alone (env.proprio_only); the task's full state then comes as
+    # `task_state`, for scripted operators and judges standing in for a person who watches the cell
+    proprio_only: bool = False
 
     def randomization(self):
         """The perturbation as a `Randomization` with every range held at its value (SimError if invalid)."""
@@ -82,7 +85,7 @@ class Twin:
         view = {} if settings.camera is None else {"obs_mode": "rgb", "camera": settings.camera,
                                                     "render_size": tuple(settings.render_size)}
         self.env = sim.make(settings.env_id, 1, controller=settings.controller, control_freq=settings.control_freq,
-                            episode_length=10**9, seed=settings.seed,
+                            episode_length=10**9, seed=settings.seed, proprio_only=settings.proprio_only,
                             randomization=randomization if randomization.enabled else None, **view)
         self.dt = self.env.control_dt
         self.timeout = settings.command_timeout if settings.command_timeout is not None else 4 * self.dt
@@ -116,6 +119,8 @@ class Twin:
                           "stopped": s["stopped"]}
         if "rgb" in self.obs:
             self.published["rgb"] = self.obs["rgb"][0].numpy()
+        if self.settings.proprio_only:
+            self.published["task_state"] = self.env.unwrapped.task_state()[0].numpy()
 
     def run(self) -> None:
         import torch
@@ -272,6 +277,8 @@ def start_twin(settings: TwinSettings, timeout: float = 60.0) -> tuple[subproces
         args += ["--perturb", *[f"{k}={v}" for k, v in settings.perturb.items()]]
     if settings.camera is not None:
         args += ["--camera", settings.camera, "--render-size", *map(str, settings.render_size)]
+    if settings.proprio_only:
+        args.append("--proprio-only")
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -351,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--perturb", nargs="*", default=[], help="e.g. object_mass=1.5 friction=0.5 latency_ms=20")
     p.add_argument("--camera", help="publish this camera's frames as `rgb` (e.g. front)")
     p.add_argument("--render-size", type=int, nargs=2, default=[64, 64], metavar=("H", "W"))
+    p.add_argument("--proprio-only", action="store_true", help="`state`: the arm's proprioception alone (the task's "
+                   "full state as `task_state`)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     args = p.parse_args(argv)
@@ -359,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         p.error(str(exc))
     settings = TwinSettings(args.env, args.controller, args.control_freq, perturb, args.seed, args.window,
-                            args.command_timeout, args.camera, tuple(args.render_size))
+                            args.command_timeout, args.camera, tuple(args.render_size), args.proprio_only)
     serve_twin(settings, args.host, args.port)
     return 0
 

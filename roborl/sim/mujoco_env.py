@@ -60,6 +60,7 @@ class MujocoVecEnv(VecEnv):
         backend: str = "mujoco",
         group_size: int = 1,
         critic_state: bool = False,
+        proprio_only: bool = False,
     ) -> None:
         if backend not in BACKENDS:
             raise SimError(f"unknown physics backend '{backend}'; available: {', '.join(BACKENDS)}")
@@ -72,6 +73,7 @@ class MujocoVecEnv(VecEnv):
             raise SimError(f"num_envs must be >= 1, got {num_envs}")
         self.group_size = self._check_group_size(group_size, num_envs)
         self.critic_state = critic_state
+        self.proprio_only = proprio_only
         self.model = (model_path if isinstance(model_path, mujoco.MjModel)  # a scene composed in code (MjSpec)
                       else mujoco.MjModel.from_xml_path(str(model_path)))
         for view in camera_views(camera):  # several cameras: their views side by side in one frame
@@ -126,7 +128,7 @@ class MujocoVecEnv(VecEnv):
 
         spaces: dict[str, gym.spaces.Space] = {}
         self.action_space = gym.spaces.Box(-1.0, 1.0, (self.action_dim_,), np.float32)
-        dim = self._state_obs().shape[-1]
+        dim = self._policy_state().shape[-1]
         spaces["state"] = gym.spaces.Box(-np.inf, np.inf, (dim,), np.float32)
         if critic_state:
             spaces["critic_state"] = gym.spaces.Box(-np.inf, np.inf, (self._critic_state_obs().shape[-1],), np.float32)
@@ -150,6 +152,19 @@ class MujocoVecEnv(VecEnv):
     def _state_obs(self) -> torch.Tensor:
         """The `state` observation, N×D float (CPU)."""
         raise NotImplementedError
+
+    def _proprio_obs(self) -> torch.Tensor:
+        """The robot's proprioception alone, N×D float (CPU): `state` with `proprio_only`."""
+        raise SimError(f"{type(self).__name__} has no single arm whose proprioception could be the state alone: "
+                       "drop env.proprio_only (roborl demos: --proprio-only)")
+
+    def _policy_state(self) -> torch.Tensor:
+        return self._proprio_obs() if self.proprio_only else self._state_obs()
+
+    def task_state(self) -> torch.Tensor:
+        """The task's full state observation (objects and goals too), N×D float, whatever `proprio_only` says: what a
+        scripted operator standing in for a person watching the robot reads (roborl/robot/operators.py)."""
+        return self._state_obs().float()
 
     def _critic_state_obs(self) -> torch.Tensor:
         """The `critic_state` observation (`critic_state=True`): privileged task state (objects, goal) that
@@ -300,7 +315,7 @@ class MujocoVecEnv(VecEnv):
         self.success_once[ids] = False
 
     def _obs(self, frames: bool = True) -> Obs:
-        state = self._state_obs()
+        state = self._policy_state()
         if self.randomizer is not None:
             state = self.randomizer.noisy(state)
         obs: Obs = {"state": state.float().to(self.device)}

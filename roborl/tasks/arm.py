@@ -118,3 +118,6 @@ class ArmEnv(MujocoVecEnv):
 
     def _arm_obs(self) -> torch.Tensor:
         return torch.cat([self.arm_q, 0.1 * self.qvel[:, :7], self.gripper_gap[:, None] * 10, self.tcp], -1)
+
+    def _proprio_obs(self) -> torch.Tensor:
+        return self._arm_obs()
