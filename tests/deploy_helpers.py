@@ -19,6 +19,8 @@ POLICIES = {
              "policy": {"kind": "flow", "horizon": 8, "hidden": [64, 64], "critic_hidden": [32], "steps": 4}},
     "rgb": {"env": {"id": "mujoco/Reach", "obs_mode": "rgb", "render_size": [64, 64]},
             "policy": {"kind": "gaussian", "hidden": [32]}},
+    "proprio_rgb": {"env": {"id": "mujoco/Push", "obs_mode": "rgb", "render_size": [48, 48], "proprio_only": True},
+                    "policy": {"kind": "gaussian", "hidden": [32]}},
     "joint_reach": {"env": {"id": "mujoco/Reach", "controller": "joint_pos"}, "policy": {"kind": "gaussian", "hidden": [32]}},
     "reach_avoid": {"env": {"id": "mujoco/ReachAvoid", "shield": {"keep_out": [[0.5, 0.0, 0.2, 0.07]]}},
                     "policy": {"kind": "gaussian", "hidden": [32]}},

@@ -2,17 +2,23 @@
 and the camera. The state is the arm's part of the task's state; the twin also sends the task's full state for
 the scripted operator standing in for the person who watches the cell; demonstrations are recorded the same way,
 and SAC's demonstration buffer refuses states of another layout in one line."""
+import json
+
 import numpy as np
 import pytest
 import torch
 import yaml
-from helpers import ROOT, roborl_in_process
+from deploy_helpers import exported_artifact
+from helpers import ROOT, roborl, roborl_in_process
 
 from roborl import sim, tasks  # noqa: F401  (registers the embedded tasks)
 from roborl.builder import build
 from roborl.checkpoint import Checkpoint
 from roborl.config import load_config
+from roborl.deploy.client import PolicyClient
+from roborl.deploy.server import start_server
 from roborl.errors import UserError
+from roborl.robot.episodes import run_episodes
 from roborl.robot.operators import CUBE, TCP, push_operator
 from roborl.robot.twin import TwinRobot, TwinSettings, start_twin
 from roborl.sim.errors import SimError
@@ -65,6 +71,36 @@ def test_the_twin_sends_the_arm_state_and_the_operator_still_sees_the_cube():
                          proprio({"state": state[:ARM], "task_state": state, "episode_step": step})))
     assert all(a is None for a, _ in commands[:3]) and commands[3][0] is not None
     assert all((a is None and b is None) or np.array_equal(a, b) for a, b in commands)
+
+
+def test_roborl_twin_serves_a_proprio_only_policy_the_state_it_was_trained_on(tmp_path_factory):
+    """The exported policy's metadata says its state is the arm's alone, and `roborl twin` starts its twin so."""
+    artifact = exported_artifact(tmp_path_factory, "proprio_rgb")
+    server, uri = start_server(artifact)
+    try:
+        proc = roborl("twin", uri, "--episodes", "1")
+    finally:
+        server.kill()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["episodes"] == 1
+
+
+def test_a_robot_that_sends_another_state_than_the_policy_reads_is_one_line(tmp_path_factory):
+    """A twin of the task's full state driving the proprio-only policy: the server rejects every request, and
+    the episodes end with the reason, not a traceback over statistics of no round trip."""
+    server, uri = start_server(exported_artifact(tmp_path_factory, "proprio_rgb"))
+    proc, twin_uri = start_twin(TwinSettings(env_id="mujoco/Push", camera="front", render_size=(48, 48)))
+    robot, client = TwinRobot(twin_uri), PolicyClient(uri)
+    try:
+        robot.connect()
+        with pytest.raises(UserError, match=r"the policy answered no request \(episode 0: policy_rejected "
+                                            r"obs\['state'\] must have shape \[18\]"):
+            run_episodes(robot, client, 1)
+    finally:
+        robot.close()
+        client.close()
+        proc.kill()
+        server.kill()
 
 
 def test_sac_trains_on_images_and_proprio_demos_and_refuses_full_state_ones(tmp_path):

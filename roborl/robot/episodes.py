@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from roborl.deploy.client import PolicyClient
+from roborl.errors import UserError
 from roborl.robot.control_loop import ControlLoop
 
 
@@ -30,6 +31,8 @@ def run_episodes(robot, client: PolicyClient, episodes: int, seed: int = 0, step
             successes.append(False)
         else:
             successes.append(bool(robot.observe()["success"]))
+    if not round_trips:  # not one action came back: nothing to report but why
+        raise UserError(f"the policy answered no request ({stops[0]}): does the robot send what it was trained on?")
     rt = np.asarray(round_trips)
     return {"success": float(np.mean(successes)), "episodes": episodes, "stopped_episodes": stops,
             "loop": loop.report.summary(), "round_trip_ms": {f"p{q}": float(np.percentile(rt, q)) for q in (50, 95, 99)}}
