@@ -37,7 +37,8 @@ class MujocoVecEnv(VecEnv):
     Subclasses implement `_reset_idx`, `_action_to_ctrl`, `_state_obs` and `_evaluate`; the
     base class owns physics, time limits, auto-reset, episode statistics, seeding, rendering and
     domain randomization (`randomization`, see sim/randomization.py). `backend` picks the physics
-    engine (BACKENDS); tasks see the same float64 state either way.
+    engine (BACKENDS); tasks see the same float64 state either way. With `proprio_only` the `state`
+    observation is the robot's part of it (`_proprio_obs`, which tasks with one arm implement).
     """
 
     action_dim_: int = 0
