@@ -19,6 +19,11 @@ class Collector:
         """One iteration's data, handed to the algorithm; returns the observation the next one starts from."""
         raise NotImplementedError
 
+    def budget_spent(self) -> bool:
+        """Whether `train.total_steps` are collected before the planned iterations are over (a collector whose
+        iterations vary in size ends the run so)."""
+        return False
+
     def stats(self) -> dict[str, float]:
         """Per-iteration statistics of the collection itself, for the logs."""
         return {}

@@ -182,6 +182,13 @@ def load_demos(path: str | Path, obs_history: int = 1, horizon: int = 1, max_epi
                        torch.cat(frames) if images else None)
 
 
+def check_demo_state(path: str | Path, demo_dims: int, env_dims: int) -> None:
+    """Demonstrations are read as the env's observations: their states must have the env's layout."""
+    if demo_dims != env_dims:
+        raise UserError(f"demonstrations '{path}' have {demo_dims}-dim states but the env's have {env_dims}: record "
+                        "them with this env's settings (roborl demos --proprio-only for env.proprio_only)")
+
+
 def load_demo_transitions(path: str | Path, reward: str = "env", max_episodes: int | None = None,
                           images: bool = False) -> tuple[dict, torch.Tensor, torch.Tensor, dict, torch.Tensor]:
     """The demonstrations of a `roborl demos` directory as (obs, action, reward, next_obs, terminated)

@@ -259,7 +259,8 @@ class Runner:
                 if rollout:
                     logger.scalars("rollout", rollout, self.step)
                 postfix = {"sps": sps, "ret": rollout.get("return", 0.0)}
-                last = self.comm.agree(self.iteration == total_iters or bool(t.max_minutes and wall > 60 * t.max_minutes))
+                last = self.comm.agree(self.iteration == total_iters or self.collector.budget_spent()
+                                      or bool(t.max_minutes and wall > 60 * t.max_minutes))
                 if self.iteration % plan.eval_every == 0 or last:
                     result = self.run_eval(wall)
                     logger.scalars("eval", result, self.step)

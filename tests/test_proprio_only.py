@@ -120,7 +120,11 @@ def test_sac_trains_on_images_and_proprio_demos_and_refuses_full_state_ones(tmp_
     ckpt = Checkpoint(tmp_path / "runs" / "ok" / "checkpoints" / "last.safetensors")
     assert ckpt.policy_state["normalizer.mean"].shape == (ARM,)  # the policy reads the arm's state beside its images
     proc = roborl_in_process("train", str(config), f"sac.demos={tmp_path / 'full'}", "train.name=bad")
-    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        "roborl: error: the demonstrations' states (sac.demos) have 34 dims but the env's have 18: record them with "
-        "this env's settings (roborl demos --proprio-only for env.proprio_only)"], proc.stderr[-2000:]
+    refusal = [f"roborl: error: demonstrations '{tmp_path / 'full'}' have 34-dim states but the env's have 18: record "
+               "them with this env's settings (roborl demos --proprio-only for env.proprio_only)"]
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == refusal, proc.stderr[-2000:]
     assert not (tmp_path / "runs" / "bad").exists()
+    proc = roborl_in_process("bc", str(ROOT / "configs" / "bc_flow_push.yaml"), f"bc.demos={tmp_path / 'full'}",
+                             "env.proprio_only=true", f"train.run_dir={tmp_path / 'runs'}", "train.name=bc")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == refusal, proc.stderr[-2000:]  # BC's the same
+    assert not (tmp_path / "runs" / "bc").exists()

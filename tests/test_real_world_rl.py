@@ -249,6 +249,50 @@ def test_the_link_resends_what_the_learner_lacks_and_forgets_what_it_acknowledge
     resumed.close()
 
 
+def test_a_learner_behind_its_actor_takes_the_whole_backlog():
+    learner = LearnerLink("127.0.0.1", 0, {"env": {}})
+    actor = ActorLink(learner.address, "s1", reconnect_s=10)
+    assert actor.welcomed.wait(10)
+    for _ in range(4):  # sent while the learner was updating
+        actor.send({"reward": np.zeros(10, np.float32)}, [])
+    wait_until(lambda: learner.queued.get("s1") == 3, 10, "the batches")
+    got = learner.take(5)
+    assert [b["seq"] for b in got] == [0, 1, 2, 3] and learner.received == {"s1": 3}
+    actor.send({"reward": np.zeros(3, np.float32)}, [])
+    actor.send({"reward": np.zeros(3, np.float32)}, [])
+    got = learner.take(5)  # waits for the second batch: 3 transitions are fewer than asked for
+    assert [b["seq"] for b in got] == [4, 5]
+    actor.close()
+    learner.close()
+
+
+def test_sac_updates_for_at_most_the_rows_it_is_given_and_logs_the_ratio(tmp_path):
+    """A robot learner slower than its robot absorbs the backlog with the updates of one iteration's worth
+    of transitions: its update-to-data ratio falls (train/updates_per_transition) instead of its data aging."""
+    from roborl.collect import EpisodeLog
+    from roborl.runner import Runner
+
+    cfg = config_from_dict({"env": {"id": "mujoco/Reach", "num_envs": 1},
+                            "policy": {"kind": "gaussian", "hidden": [16, 16]},
+                            "train": {"algorithm": "sac", "total_steps": 400, "rollout_steps": 20, "video": False,
+                                      "progress": False, "run_dir": str(tmp_path), "name": "sac"},
+                            "sac": {"seed_steps": 0, "batch_size": 16, "utd_ratio": 1.0}})
+    algo = Runner(cfg).algo
+    gen = torch.Generator().manual_seed(0)
+
+    def part(n):
+        state = lambda: {"state": torch.randn(n, 24, generator=gen)}  # noqa: E731
+        return {"transitions": (state(), torch.rand(n, 4, generator=gen) * 2 - 1, torch.zeros(n), state(),
+                                torch.zeros(n, dtype=torch.bool)), "env_rows": n}
+
+    for update_rows, updates in ((20, 20), (None, 100)):
+        before = algo.updates
+        algo.absorb([part(60), part(40)], {}, EpisodeLog(), update_rows=update_rows)
+        assert algo.updates - before == updates and algo.env_steps == 100
+        stats = algo.iteration_stats()
+        assert stats["transitions_absorbed"] == 100 and stats["updates_per_transition"] == updates / 100
+
+
 def test_sac_trains_a_squashed_gaussian_with_demonstrations_in_its_second_buffer(tmp_path):
     from roborl.runner import Runner
 

@@ -104,8 +104,10 @@ class Algorithm(ABC):
     def collect(self, env: VecEnv, obs: dict, log: EpisodeLog) -> dict:
         """Steps `env` from `obs` for one iteration's data, recording episodes in `log`; returns the next obs."""
 
-    def absorb(self, parts: list[dict], obs: dict, log: EpisodeLog) -> None:
-        """One iteration's data collected elsewhere (`parts` of Ray env workers, see roborl/ray_collector.py)."""
+    def absorb(self, parts: list[dict], obs: dict, log: EpisodeLog, update_rows: int | None = None) -> None:
+        """One iteration's data collected elsewhere (`parts` of Ray env workers, see roborl/ray_collector.py, or
+        of a robot's actor, roborl/robot/collector.py); the updates of at most `update_rows` transitions of them
+        where it is given (off-policy algorithms)."""
         raise NotImplementedError(f"train.algorithm {self.name} collects in the learner's process")
 
     @abstractmethod

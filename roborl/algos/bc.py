@@ -18,7 +18,7 @@ from roborl.algos.base import Algorithm, Comm, Schedule
 from roborl.collect import EpisodeLog
 from roborl.config import Config
 from roborl.demo_windows import DemoWindows
-from roborl.demos import load_demos
+from roborl.demos import check_demo_state, load_demos
 from roborl.errors import UserError
 from roborl.sim import VecEnv
 
@@ -44,9 +44,8 @@ class BC(Algorithm):
         demo_env = data.env_args.get("env_id")
         if demo_env and demo_env != cfg.env.id:
             raise UserError(f"the demonstrations were recorded on '{demo_env}' but env.id is '{cfg.env.id}'")
-        if data.obs.shape[1] != env.observation_space["state"].shape[0]:
-            raise UserError(f"demonstration states have {data.obs.shape[1]} dims but the env's have "
-                            f"{env.observation_space['state'].shape[0]}: record the demos with this env's settings")
+        steps = cfg.env.obs_history  # both are that many steps' states side by side
+        check_demo_state(b.demos, data.obs.shape[1] // steps, env.observation_space["state"].shape[0] // steps)
         self.batch = demo_batches(data, policy, device)
         self.actions = data.actions.to(device)
         self.params = [p for p in policy.parameters() if p.requires_grad]

@@ -198,7 +198,7 @@ class GRPO(PPO):
         return {"batch": None if self.batch is None else self.batch.data, "vocab": list(self.vocab),
                 "stats": self.collect_stats, "env_steps": self.env_steps, "last_obs": obs}
 
-    def absorb(self, parts: list[dict], obs: dict, log: EpisodeLog) -> None:
+    def absorb(self, parts: list[dict], obs: dict, log: EpisodeLog, update_rows: int | None = None) -> None:
         """The workers' kept groups as one batch: instruction ids mapped into the learner's vocabulary, the
         group counts summed over the workers."""
         index = {s: i for i, s in enumerate(self.vocab)}

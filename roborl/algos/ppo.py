@@ -362,7 +362,7 @@ class PPO(Algorithm):
                 "cost_values": b.cost_values, "last_obs": obs, "last_value": last_value,
                 "last_cost_value": last_cost_value}
 
-    def absorb(self, parts: list[dict], obs: dict, log: EpisodeLog) -> None:
+    def absorb(self, parts: list[dict], obs: dict, log: EpisodeLog, update_rows: int | None = None) -> None:
         """The rollouts of Ray env workers (`rollout_part`s, concatenated along the envs) as this iteration's
         buffer. Parts marked `stale` were collected by an older policy: the rows are then corrected
         (`correct_off_policy`) and bootstrapped with the current critic."""

@@ -141,25 +141,22 @@ class SAC(Algorithm):
         algo = cls(policy, policy.feature_dim, env.action_dim, cfg.sac, device, comm)
         algo.comm.broadcast_module(algo.critic)  # several learners start from rank 0's critics
         algo.comm.broadcast_module(algo.target)
-        algo.start_collection(cfg, residual_on, crm)
-        demo_state, state = algo.offline.data.get("obs.state"), env.observation_space["state"].shape[0]
-        if demo_state is not None and demo_state.shape[1] != state:
-            raise UserError(f"the demonstrations' states (sac.demos) have {demo_state.shape[1]} dims but the env's have "
-                            f"{state}: record them with this env's settings (roborl demos --proprio-only for "
-                            "env.proprio_only)")
+        algo.start_collection(cfg, residual_on, crm, env.observation_space["state"].shape[0])
         return algo
 
-    def start_collection(self, cfg: Config, residual_on: torch.Tensor, crm: RewardMachineEnv | None) -> None:
+    def start_collection(self, cfg: Config, residual_on: torch.Tensor, crm: RewardMachineEnv | None,
+                         state_dims: int) -> None:
         self.run_cfg, self.crm = cfg, crm
         self.replay = ReplayBuffer(self.cfg.buffer_size, self.device)
         self.offline = ReplayBuffer(self.cfg.buffer_size, self.device)  # demonstrations and interventions (RLPD)
         self.residual = cfg.policy.kind == "residual"
         if self.cfg.demos:
-            from roborl.demos import load_demo_transitions
+            from roborl.demos import check_demo_state, load_demo_transitions
 
             reward = "success" if cfg.resources.actor == "robot" else "env"
-            self.offline.add(*load_demo_transitions(self.cfg.demos, reward, self.cfg.demo_episodes,
-                                                    images=cfg.env.obs_mode == "rgb"))
+            demos = load_demo_transitions(self.cfg.demos, reward, self.cfg.demo_episodes, images=cfg.env.obs_mode == "rgb")
+            check_demo_state(self.cfg.demos, demos[0]["state"].shape[1], state_dims)
+            self.offline.add(*demos)
         self.collected = 0
         self.residual_on = residual_on.to(self.device)
         self.update_debt = 0.0
@@ -221,16 +218,18 @@ class SAC(Algorithm):
         self.env_steps = self.run_cfg.train.rollout_steps * N * self.run_cfg.env.action_chunk
         return obs
 
-    def learn(self, transitions: int) -> None:
+    def learn(self, transitions: int, most: int | None = None) -> None:
         """The gradient updates that `transitions` new env transitions (of every learner) are due
         (`sac.utd_ratio` each), once seeding is over and the buffer holds a batch: only those past the seeding count,
-        whether they come one step at a time or as a worker's whole rollout. With several learners each
+        whether they come one step at a time or as a worker's whole rollout; updates for at `most` that many
+        transitions (a robot actor's backlog is absorbed without them). With several learners each
         samples its share of `sac.batch_size` from its own buffer, and the gradients are averaged: the update
         of the union batch, as many times as one learner would make it."""
         s = self.cfg
         if self.collected < s.seed_steps or len(self.replay) < s.batch_size:
             return
-        self.update_debt += min(transitions, self.collected - s.seed_steps) * s.utd_ratio
+        due = min(transitions, self.collected - s.seed_steps, transitions if most is None else most)
+        self.update_debt += due * s.utd_ratio
         with torch.enable_grad():
             while self.update_debt >= 1:
                 self.update_debt -= 1
@@ -244,9 +243,11 @@ class SAC(Algorithm):
         return {"transitions": tuple(concat([t[i] for t in self.transitions]) for i in range(5)),
                 "env_rows": self.run_cfg.train.rollout_steps * len(self.residual_on), "last_obs": obs}
 
-    def absorb(self, parts: list[dict], obs: dict, log: EpisodeLog) -> None:
+    def absorb(self, parts: list[dict], obs: dict, log: EpisodeLog, update_rows: int | None = None) -> None:
         """The workers' (or a robot actor's) transitions into the replay buffer, those an operator commanded
-        (`intervened`) into the demonstration buffer too, then the updates they are due."""
+        (`intervened`) into the demonstration buffer too, then the updates they are due: those of at most
+        `update_rows` transitions where it is given (a robot's actor runs on while the learner updates, and
+        a learner slower than the robot lets its update-to-data ratio fall rather than fall behind)."""
         self.stats, self.collect_time = {}, 0.0
         rows = 0
         for part in parts:
@@ -261,7 +262,10 @@ class SAC(Algorithm):
             self.policy.update_normalizer(transition[0])
             rows += part["env_rows"]
         self.collected += rows
-        self.learn(rows)
+        updates = self.updates
+        self.learn(rows, update_rows)
+        self.stats["transitions_absorbed"] = [float(rows)]
+        self.stats["updates_per_transition"] = [(self.updates - updates) / max(rows, 1)]
         self.env_steps = rows * self.run_cfg.env.action_chunk
 
     def iteration_stats(self) -> dict[str, float]:

@@ -1,10 +1,13 @@
 """Data from a robot actor (`resources.actor: robot`): the learner's side of real-world RL.
 
-The runner's loop is unchanged: each iteration this collector publishes the newest weights, waits for
-`train.rollout_steps` transitions from the actor (roborl/robot/actor.py, a process of its own beside the
-robot), and hands them to the algorithm's `absorb` (SAC: online buffer, the operator's steps into the
-demonstration buffer too, then `sac.utd_ratio` updates per transition). The actor's episode statistics go to
-the logs (rollout/return, success, length, interventions).
+The runner's loop is unchanged: each iteration this collector publishes the newest weights, takes every
+transition the actor (roborl/robot/actor.py, a process of its own beside the robot) has sent, waiting for
+`train.rollout_steps` of them at least, and hands them to the algorithm's `absorb` (SAC: online buffer, the
+operator's steps into the demonstration buffer too, then `sac.utd_ratio` updates per transition of at most
+`train.rollout_steps`). The robot does not wait for the learner: a learner slower than its robot absorbs the
+backlog at a lower update-to-data ratio (train/updates_per_transition) instead of training ever further behind
+the robot on ever older weights, and the run ends once `train.total_steps` transitions are absorbed. The actor's
+episode statistics go to the logs (rollout/return, success, length, interventions).
 
 What the learner has absorbed is acknowledged to the actor only once a checkpoint holds it (`on_checkpoint`),
 and the checkpoint records how far each actor session got (`state_dict`), so a learner killed and resumed
@@ -103,8 +106,11 @@ class RobotCollector(Collector):
                               "intervened": torch.from_numpy(np.array(rows["intervened"])).to(self.device)})
                 self.rows_by_session[session] = self.rows_by_session.get(session, 0) + n
         self.received = dict(self.link.received)
-        algo.absorb(parts, obs, log)
+        algo.absorb(parts, obs, log, update_rows=self.cfg.train.rollout_steps)
         return obs
+
+    def budget_spent(self) -> bool:
+        return self.rows * self.cfg.env.action_chunk >= self.cfg.train.total_steps
 
     def check_actor(self) -> None:
         """The actor this learner started must be alive while it waits for it (one it did not start may come

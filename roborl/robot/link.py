@@ -144,20 +144,23 @@ class LearnerLink:
         self._send(conn, {"type": "weights", "version": version, "weights": weights})
 
     def take(self, rows: int, check: Callable[[], None] | None = None) -> list[dict]:
-        """Batches holding at least `rows` transitions, waiting for the actor as long as it takes; `check` is
-        called every half second of waiting (it raises to give up)."""
+        """Every batch queued, and at least `rows` transitions: the learner waits for the actor as long as it
+        takes, and a learner slower than its robot takes the whole backlog at once (SERL's learner trains on
+        everything that has arrived, so the actor's data and the weights it runs stay fresh). `check` is called
+        every half second of waiting (it raises to give up)."""
         out, got = [], 0
-        while got < rows:
+        while True:
             try:
-                session, seq, message = self.batches.get(timeout=0.5)
+                session, seq, message = self.batches.get(timeout=0.5) if got < rows else self.batches.get_nowait()
             except queue.Empty:
+                if got >= rows:
+                    return out
                 if check is not None:
                     check()
                 continue
             out.append(message)
             got += len(message["rows"].get("reward", ()))
             self.received[session] = seq
-        return out
 
     def acknowledge(self) -> None:
         """A checkpoint now holds everything absorbed: tell the actor, which may then forget it."""
