@@ -17,7 +17,8 @@ frames and the arm's proprioception, not the cube's pose (`env.obs_mode: rgb`, `
 demonstrations are the same episodes recorded that way.
 
 Success is measured by the learner's deterministic evaluation: 50 episodes in the simulation with the twin's
-perturbation, every 2 robot minutes. Prints the table and writes docs/results/real_world_rl.md (the success
+perturbation, every 24 learner iterations (2 robot minutes where the learner keeps up with the robot, more where it
+takes a backlog of the stream at once). Prints the table and writes docs/results/real_world_rl.md (the success
 flag as reward), real_world_rl_classifier.md or real_world_rl_judged.md.
 
     python bench/real_world_rl.py [--minutes 30] [--reward classifier [--judge]] [--images] [--runs DIR] [--reuse]
@@ -169,28 +170,32 @@ def main() -> None:
 
     window = int(5 * 60 * CONTROL_HZ)  # 5 robot minutes
     per_5min = ["interventions"] + (["vetoes"] if args.judge else [])
-    lines = ["| arm | final success | best success | robot min to 90% | robot min | episodes | "
+    lines = ["| arm | final success | best success | robot min to 90% | robot min | episodes | updates / transition | "
              + " | ".join(f"{k} / episode, per 5 robot min" for k in per_5min) + " |",
-             "|---|---|---|---|---|---|" + "---|" * len(per_5min)]
+             "|---|---|---|---|---|---|---|" + "---|" * len(per_5min)]
     bc_curve = tb_scalars(runs / "bc" / "tb", "eval/success_once")
     bc_best = max(v for _, v in bc_curve)
     lines.append(f"| BC alone ({args.demos} demos) | {bc_curve[-1][1]:.2f} | {bc_best:.2f} | "
-                 f"{'0 (offline)' if bc_best >= 0.9 else 'not reached'} | 0 | 0 |" + " - |" * len(per_5min))
+                 f"{'0 (offline)' if bc_best >= 0.9 else 'not reached'} | 0 | 0 | - |" + " - |" * len(per_5min))
     curves, data, probes = {}, {"bc": bc, "classifier": classifier_meta, "reward": args.reward}, []
     for name, s in summaries.items():
         run = runs / ("hil" if "interventions" in name else "rl")
         history = tb_scalars(run / "tb", "eval/success_once")
         reach = next((robot_minutes(st) for st, r in history if r >= 0.9), None)
         windows = {k: per_window(tb_scalars(run / "tb", f"rollout/{k}"), window, s["env_steps"]) for k in per_5min}
+        absorbed = [v for _, v in tb_scalars(run / "tb", "train/transitions_absorbed")]
+        ratio = [v for _, v in tb_scalars(run / "tb", "train/updates_per_transition")]
+        # the updates made over the transitions absorbed (not logged by runs of roborl before it took backlogs)
+        utd = float(np.dot(absorbed, ratio) / sum(absorbed)) if absorbed else float("nan")
         lines.append(f"| {name} | {history[-1][1]:.2f} | {max(r for _, r in history):.2f} | "
                      f"{'not reached' if reach is None else f'{reach:.1f}'} | {robot_minutes(s['env_steps']):.1f} | "
-                     f"{s['actor_episodes']} | " + " | ".join(', '.join('-' if np.isnan(v) else f'{v:.1f}' for v in w)
+                     f"{s['actor_episodes']} | {utd:.2f} | " + " | ".join(', '.join('-' if np.isnan(v) else f'{v:.1f}' for v in w)
                                                               for w in windows.values()) + " |")
         curves[name] = [(robot_minutes(st), r) for st, r in history]
         if s["env_steps"] < steps:
             probes.append(f"{name}: stopped by its wall-clock cap (train.max_minutes {args.minutes * 1.5:g}) after "
                           f"{robot_minutes(s['env_steps']):.1f} of its {args.minutes:g} robot minutes")
-        data[name] = {"summary": s, **{f"{k}_per_episode_per_5min": w for k, w in windows.items()}}
+        data[name] = {"summary": s, "updates_per_transition": utd, **{f"{k}_per_episode_per_5min": w for k, w in windows.items()}}
         judged = {"the classifier it started from": classifier}
         log = run / "reward_corrections" / "refits.jsonl"
         refits = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
@@ -222,14 +227,16 @@ def main() -> None:
               *[f"- {p}" for p in probes], "",
               "Success: the task done at some step of an episode (a success ends the robot's episodes), in the "
               "learner's deterministic evaluation of 50 episodes in the simulation with the twin's perturbation, every "
-              "2 robot minutes (TensorBoard eval/success_once). Interventions (vetoes) per episode: the mean over the "
-              "actor's episodes logged in each 5 robot minutes (TensorBoard rollout/interventions, rollout/vetoes). "
+              "24 learner iterations: 2 robot minutes where the learner keeps up with the robot, more where it takes "
+              "a backlog of the stream at once (TensorBoard eval/success_once). Updates / transition: the learner's "
+              "gradient updates over the transitions it absorbed (sac.utd_ratio where it keeps up with the robot, less "
+              "where it is slower). Interventions (vetoes) per episode: the mean over the actor's episodes logged in "
+              "each 5 robot minutes (TensorBoard rollout/interventions, rollout/vetoes). "
               "The RL policies see the front camera's 64×64 frames and the arm's proprioception (joints, gripper, TCP), "
               "not the cube's pose; BC alone sees the task's state (proprioception and the cube's pose: `roborl bc` "
               "clones no image policy of this kind)." if args.images else
               "The policies observe the task's state (proprioception and the cube's pose)."]
-    title = {"real_world_rl": "", "real_world_rl_classifier": ", rewarded by a reward classifier",
-             "real_world_rl_judged": ", rewarded by a judged reward classifier"}[page[args.reward].removesuffix("_images")]
+    title = "" if args.reward == "success" else f", rewarded by a {'judged ' if args.judge else ''}reward classifier"
     title += ", from images and proprioception" if args.images else ""
     write_results(page[args.reward], f"Real-world RL on the perturbed Push twin{title}", lines, data,
                   f"{args.seed} (one per arm)",
