@@ -293,6 +293,23 @@ def test_sac_updates_for_at_most_the_rows_it_is_given_and_logs_the_ratio(tmp_pat
         assert stats["transitions_absorbed"] == 100 and stats["updates_per_transition"] == updates / 100
 
 
+def test_a_run_ends_when_its_collector_has_spent_the_budget(tmp_path):
+    """A robot's iterations vary in size (each takes the backlog), so the collector says when train.total_steps
+    are in, before the planned iterations are over."""
+    from roborl.runner import Runner
+
+    cfg = config_from_dict({"env": {"id": "mujoco/Reach", "num_envs": 1},
+                            "policy": {"kind": "gaussian", "hidden": [16, 16]},
+                            "train": {"algorithm": "sac", "total_steps": 400, "rollout_steps": 20, "eval_every": 100,
+                                      "eval_episodes": 1, "eval_envs": 1, "video": False, "progress": False,
+                                      "run_dir": str(tmp_path), "name": "sac"},
+                            "sac": {"seed_steps": 1000}})
+    runner = Runner(cfg)
+    runner.collector.budget_spent = lambda: runner.iteration >= 3
+    summary = runner.train()
+    assert summary["iterations"] == 3 and summary["env_steps"] == 60  # of 20 planned iterations
+
+
 def test_sac_trains_a_squashed_gaussian_with_demonstrations_in_its_second_buffer(tmp_path):
     from roborl.runner import Runner
 
