@@ -29,7 +29,8 @@ from roborl.tasks.expert import ImperfectExpert
 from roborl.tasks.two_arms import TwoArmReachEnv
 
 VLA_KINDS = ("token_vla", "flow_vla", "pi0")  # policies/vla, policies/pi0.py: the `vla` extra (transformers, peft)
-CRITIC_STATE_KINDS = (*VLA_KINDS, "lerobot")  # the policies whose value heads read env.critic_state
+BASE_IGNORES = ("critic_state",)  # what a frozen base never reads: a value head's privileged state
+CRITIC_STATE_KINDS = (*VLA_KINDS, "lerobot", "residual")  # the policies whose value heads read env.critic_state
 
 
 def resolve_device(name: str) -> torch.device:
@@ -205,7 +206,7 @@ def make_residual_env(cfg: Config, num_envs: int, seed: int, device: torch.devic
     if cfg.env.obs_history not in (1, base_cfg.env.obs_history):
         raise UserError(f"env.obs_history is set by the base checkpoint ({base_cfg.env.obs_history}); leave it at 1")
     env = make_env(dataclasses.replace(cfg.env, obs_history=base_cfg.env.obs_history), num_envs, seed, device)
-    spaces = describe_spaces(env)
+    spaces = describe_spaces(env, BASE_IGNORES)
     if spaces != base_spaces:  # another task of the same observations is fine (per-task evals)
         env.close()
         raise UserError(f"residual.base '{r.base}' was trained on {base_cfg.env.id} ({base_spaces}); "
@@ -213,9 +214,10 @@ def make_residual_env(cfg: Config, num_envs: int, seed: int, device: torch.devic
     return BaseActionEnv(env, lambda obs: policy.act(obs, deterministic=True).action, base_cfg.env.action_chunk)
 
 
-def describe_spaces(env: sim.VecEnv) -> str:
-    """The shapes of an env's observations and of one control step's action, e.g. 'state (24,), action (4,)'."""
-    shapes = {k: getattr(s, "shape", None) for k, s in env.observation_space.spaces.items()}
+def describe_spaces(env: sim.VecEnv, without: tuple[str, ...] = ()) -> str:
+    """The shapes of an env's observations (but those `without`) and of one control step's action, e.g.
+    'state (24,), action (4,)'."""
+    shapes = {k: getattr(s, "shape", None) for k, s in env.observation_space.spaces.items() if k not in without}
     shapes["action"] = (env.action_dim,)
     return ", ".join(f"{k} {tuple(v) if v is not None else '-'}" for k, v in shapes.items())
 
@@ -262,7 +264,7 @@ def load_base_policy(path: str, device: torch.device) -> tuple[nn.Module, Config
         raise UserError(f"residual.base '{path}' is itself a residual policy; use its base, or export it first")
     probe = make_env(base_cfg.env, 1, 0, torch.device("cpu"))
     policy = make_policy(base_cfg.policy, probe, base_cfg.env.action_chunk)
-    spaces = describe_spaces(probe)
+    spaces = describe_spaces(probe, BASE_IGNORES)
     probe.close()
     ckpt.load_policy(policy)
     return policy.to(device).eval().requires_grad_(False), base_cfg, spaces
@@ -307,15 +309,21 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
     spaces = env.observation_space.spaces
     obs_dim, action_dim = spaces["state"].shape[0], env.action_dim
     if "critic_state" in spaces and cfg.kind not in CRITIC_STATE_KINDS:
-        raise UserError(f"env.critic_state is read by the VLA value heads only (policy.kind "
-                        f"{', '.join(CRITIC_STATE_KINDS)}), not by {cfg.kind}; set env.critic_state false")
+        raise UserError(f"env.critic_state is read only by the value heads of policy.kind "
+                        f"{', '.join(CRITIC_STATE_KINDS)}, not by {cfg.kind}; set env.critic_state false")
     if cfg.kind == "residual":
         if "base_action" not in spaces:
             raise UserError("policy.kind residual needs an env with a base (residual.base)")
         r = residual or ResidualConfig()
+        critic_state_dim = spaces["critic_state"].shape[0] if "critic_state" in spaces else 0
+        if critic_state_dim and state_std:
+            raise UserError("env.critic_state is read by PPO's value head; SAC's critics see the policy's "
+                            "observation: set env.critic_state false")
+        image = tuple(spaces["rgb"].shape[:2]) if "rgb" in spaces else None
         try:
             return policies.ResidualPolicy(obs_dim, action_dim, r.scale, r.inputs, list(cfg.hidden), cfg.activation,
-                                           cfg.init_log_std, state_std, cfg.normalize_obs, critic=not state_std)
+                                           cfg.init_log_std, state_std, cfg.normalize_obs, critic=not state_std,
+                                           image_shape=image, critic_state_dim=critic_state_dim)
         except ValueError as exc:
             raise UserError(str(exc)) from exc
     if cfg.kind == "gaussian":

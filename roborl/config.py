@@ -75,8 +75,8 @@ class EnvConfig:
     backend: str = param("mujoco", choices=("mujoco", "warp"))
     action_chunk: int = param(1, ge=1)  # K: one policy decision executes K actions of its chunk (sim/chunking.py)
     obs_history: int = param(1, ge=1)  # n: `state` holds the last n states of the episode (sim/history.py)
-    # asymmetric actor-critic: the task's privileged state (objects, goal) as `critic_state`, which a VLA's
-    # value head reads beside the backbone features and the policy never does (embedded mujoco/ tasks that have it)
+    # asymmetric actor-critic: the task's privileged state (objects, goal) as `critic_state`, which the value head
+    # of a VLA, pi0, LeRobot or residual policy reads and the policy never does (embedded mujoco/ tasks that have it)
     critic_state: bool = False
     # embedded mujoco/ arm tasks: `state` is the arm's proprioception alone (joint positions and velocities, gripper
     # opening, TCP position), so objects and goals reach the policy through the camera only (env.obs_mode rgb), as

@@ -114,6 +114,35 @@ def test_a_checkpoint_base_serves_another_task_with_the_same_spaces(tmp_path):
         build(config_from_dict({"env": {"id": "mujoco/Reach"}, **residual}), torch.device("cpu"))
 
 
+def test_a_residual_on_an_image_env_sees_the_image_and_its_critic_the_privileged_state(tmp_path):
+    """A base that reads the camera gets a residual that reads it too (its own CNN), and with env.critic_state
+    the residual's critic reads the privileged state, which a frozen base trained without it ignores."""
+    from roborl.checkpoint import save_checkpoint
+    from roborl.config import config_to_dict
+
+    base_cfg = config_from_dict({"env": {"id": "mujoco/LangTabletopFixed-Push", "obs_mode": "rgb"},
+                                 "policy": {"kind": "gaussian", "hidden": [16]}})
+    _, base = build(base_cfg, torch.device("cpu"))
+    path = tmp_path / "base.safetensors"
+    save_checkpoint(path, base, None, config_to_dict(base_cfg), {})
+    cfg = {"env": {"id": "mujoco/LangTabletopFixed-Push", "obs_mode": "rgb", "num_envs": 2, "critic_state": True},
+           "policy": {"kind": "residual", "hidden": [16]}, "residual": {"base": str(path)}}
+    env, policy = build(config_from_dict(cfg), torch.device("cpu"))
+    obs = env.reset(seed=0)
+    torch.nn.init.normal_(policy.actor[-1].weight, std=1.0)
+    dark = {**obs, "rgb": torch.zeros_like(obs["rgb"])}
+    with torch.no_grad():
+        assert not torch.allclose(policy.act(obs, True).action, policy.act(dark, True).action)
+        moved = {**obs, "critic_state": obs["critic_state"] + 1}
+        assert not torch.allclose(policy.value(obs), policy.value(moved))
+        unseen = {k: v for k, v in obs.items() if k != "critic_state"}
+        assert torch.isnan(policy.value(unseen)).all()  # no privileged state, no plausible value
+        assert torch.equal(policy.act(unseen, True).action, policy.act(obs, True).action)  # the actor never reads it
+    with pytest.raises(UserError, match="env.critic_state is read by PPO's value head"):
+        build(config_from_dict({**cfg, "train": {"algorithm": "sac"}, "sac": {"buffer_size": 1000}}),
+              torch.device("cpu"))
+
+
 class CountingChunkBase:
     """Chunks whose action encodes (call number, index in chunk); records resets."""
 

@@ -288,6 +288,6 @@ def test_asymmetric_critic_reads_the_privileged_critic_state_and_starts_fresh_on
         out = trainer.train()
         assert out["iterations"] == 1 and trainer.policy.critic.critic_state_dim > 0
         assert all(not torch.equal(a, b) for a, b in zip(critic, trainer.policy.critic.parameters()))
-    with pytest.raises(UserError, match="env.critic_state is read by the VLA value heads only"):
+    with pytest.raises(UserError, match="env.critic_state is read only by the value heads of policy.kind"):
         Runner(config("flow_vla", tmp_path, "env.critic_state=true", "env.obs_mode=state",
                             "policy.kind=gaussian", "env.action_chunk=1"))

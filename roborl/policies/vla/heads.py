@@ -1,4 +1,4 @@
-"""The value head both VLA families put on backbone features."""
+"""The value head the VLA families, pi0, LeRobot policies and residual policies put on their features."""
 from __future__ import annotations
 
 import torch
@@ -17,9 +17,10 @@ class ValueHead(nn.Module):
     the instruction leave the value head to infer. Without that observation (a deployed or evaluated
     policy, which needs no value) V is NaN, so it cannot pass for a value silently."""
 
-    def __init__(self, in_dim: int, hidden: list[int], detach: bool, critic_state_dim: int = 0) -> None:
+    def __init__(self, in_dim: int, hidden: list[int], detach: bool, critic_state_dim: int = 0,
+                 activation: str = "tanh") -> None:
         super().__init__()
-        self.net = mlp([in_dim + critic_state_dim, *hidden, 1], "tanh", 1.0)
+        self.net = mlp([in_dim + critic_state_dim, *hidden, 1], activation, 1.0)
         self.detach = detach
         self.critic_state_dim = critic_state_dim
 
