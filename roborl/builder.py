@@ -337,7 +337,7 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
                                                 cfg.init_log_std, cfg.normalize_obs, image_shape=image, cost_critic=cost_critic,
                                                 sac=state_std, agents=agents, option_machines=machines)
         except ValueError as exc:
-            raise UserError(f"policy.actors {cfg.actors}: {exc}") from exc
+            raise UserError(str(exc)) from exc
     if cfg.kind == "pi0":
         return make_pi0_policy(cfg, env, execute)
     if cfg.kind == "lerobot":

@@ -108,3 +108,23 @@ def test_the_tanh_activation_is_tanh_in_value_gradient_and_export():
         assert torch.equal(Tanh()(x), y.detach())  # inference computes what training does
     traced = torch.jit.trace(torch.nn.Sequential(torch.nn.Linear(3, 4), Tanh()), torch.randn(2, 3))
     assert "aten::tanh" in str(traced.inlined_graph)  # exported policies hold the standard operator
+
+
+def test_the_cnn_encodes_small_renders_and_refuses_tiny_ones_in_one_line():
+    """36 px and up: Nature DQN's stack (its parameter names unchanged); 15-35 px: 3×3 kernels; below: a clear
+    error that names the setting, through `roborl train`'s builder as for any config."""
+    import pytest
+
+    from roborl.builder import build
+    from roborl.config import config_from_dict
+    from roborl.errors import UserError
+    from roborl.policies.cnn import CNNEncoder
+
+    for size, first_kernel in ((64, 8), (36, 8), (32, 3), (15, 3)):
+        encoder = CNNEncoder(size, size, 16)
+        assert encoder.convs[0].kernel_size == (first_kernel, first_kernel)
+        assert encoder(torch.zeros(2, size, size, 3, dtype=torch.uint8)).shape == (2, 16)
+    cfg = config_from_dict({"env": {"id": "mujoco/Push", "obs_mode": "rgb", "render_size": [8, 8], "num_envs": 1}})
+    with pytest.raises(UserError, match=r"^the CNN encoder needs images of at least 15×15 px, got 8×8: raise "
+                                        r"env.render_size$"):
+        build(cfg, torch.device("cpu"))

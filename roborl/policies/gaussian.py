@@ -73,7 +73,8 @@ class GaussianActorCritic(Policy):
         out = action_dim * (2 if sac else 1)
         if agents:
             if sac or image_shape:
-                raise ValueError("per-agent actors are PPO's on state observations (no SAC, no images)")
+                raise ValueError("policy.actors per_agent: per-agent actors are PPO's on state observations (no SAC, "
+                                 "no images)")
             self.actor = PerAgentActor(agents, lambda inputs, out: mlp([inputs, *hidden, out], activation, 0.01))
         elif option_machines:
             self.actor = PerMachineActor(self.option_machine.shape[1], lambda: mlp([in_dim, *hidden, out], activation, 0.01))
