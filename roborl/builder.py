@@ -214,6 +214,16 @@ def make_residual_env(cfg: Config, num_envs: int, seed: int, device: torch.devic
     return BaseActionEnv(env, lambda obs: policy.act(obs, deterministic=True).action, base_cfg.env.action_chunk)
 
 
+def image_shape(spaces: dict) -> tuple[int, int] | None:
+    """(H, W) of the `rgb` observation, or None for an env without a camera."""
+    return tuple(spaces["rgb"].shape[:2]) if "rgb" in spaces else None
+
+
+def critic_state_dim(spaces: dict) -> int:
+    """Width of the privileged `critic_state` observation (env.critic_state), 0 without it."""
+    return spaces["critic_state"].shape[0] if "critic_state" in spaces else 0
+
+
 def describe_spaces(env: sim.VecEnv, without: tuple[str, ...] = ()) -> str:
     """The shapes of an env's observations (but those `without`) and of one control step's action, e.g.
     'state (24,), action (4,)'."""
@@ -246,7 +256,7 @@ def load_lerobot_base(path: str, env: sim.VecEnv, device: torch.device) -> nn.Mo
         if not is_policy_dir(path):
             raise ValueError(f"residual.base '{path}' has a config.json that names no LeRobot policy type")
         spaces = env.observation_space.spaces
-        image = tuple(spaces["rgb"].shape[:2]) if "rgb" in spaces else None
+        image = image_shape(spaces)
         base = LeRobotPolicy.from_directory(path, spaces["state"].shape[0], env.action_dim, image)
     except (ImportError, ValueError, OSError) as exc:
         env.close()
@@ -315,21 +325,21 @@ def make_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int = 1, residual: 
         if "base_action" not in spaces:
             raise UserError("policy.kind residual needs an env with a base (residual.base)")
         r = residual or ResidualConfig()
-        critic_state_dim = spaces["critic_state"].shape[0] if "critic_state" in spaces else 0
-        if critic_state_dim and state_std:
+        critic_dim = critic_state_dim(spaces)
+        if critic_dim and state_std:
             raise UserError("env.critic_state is read by PPO's value head; SAC's critics see the policy's "
                             "observation: set env.critic_state false")
-        image = tuple(spaces["rgb"].shape[:2]) if "rgb" in spaces else None
+        image = image_shape(spaces)
         try:
             return policies.ResidualPolicy(obs_dim, action_dim, r.scale, r.inputs, list(cfg.hidden), cfg.activation,
                                            cfg.init_log_std, state_std, cfg.normalize_obs, critic=not state_std,
-                                           image_shape=image, critic_state_dim=critic_state_dim)
+                                           image_shape=image, critic_state_dim=critic_dim)
         except ValueError as exc:
             raise UserError(str(exc)) from exc
     if cfg.kind == "gaussian":
         if execute > 1:
             raise UserError("env.action_chunk > 1 needs a chunk-predicting policy (policy.kind diffusion or flow)")
-        image = tuple(spaces["rgb"].shape[:2]) if "rgb" in spaces else None
+        image = image_shape(spaces)
         agents = per_agent_actors(cfg, env) if cfg.actors == "per_agent" else None
         machines = per_machine_actors(env) if cfg.actors == "per_machine" else None
         try:
@@ -374,16 +384,16 @@ def make_vla_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int) -> nn.Modu
         raise UserError(f"policy.kind {cfg.kind} needs the vla extra: pip install -e '.[vla]' ({exc})") from exc
     spaces = env.observation_space.spaces
     state_dim, action_dim = spaces["state"].shape[0], env.action_dim
-    critic_state_dim = spaces["critic_state"].shape[0] if "critic_state" in spaces else 0
+    critic_dim = critic_state_dim(spaces)
     try:
         if cfg.kind == "token_vla":
             if cfg.rl_mode is not None:
                 raise ValueError("policy.rl_mode does not apply to token_vla (its log-prob is the action tokens')")
-            return TokenVLAPolicy(cfg.vla, state_dim, action_dim, cfg.horizon, execute, critic_state_dim)
+            return TokenVLAPolicy(cfg.vla, state_dim, action_dim, cfg.horizon, execute, critic_dim)
         return FlowVLAPolicy(cfg.vla, state_dim, action_dim, cfg.horizon, execute, steps=cfg.steps,
                              rl_mode=cfg.rl_mode, noise_min=cfg.flow_noise.min_std, noise_max=cfg.flow_noise.max_std,
                              noise_level=cfg.flow_sde.noise_level, fpo_samples=cfg.fpo.samples,
-                             critic_state_dim=critic_state_dim)
+                             critic_state_dim=critic_dim)
     except (ValueError, OSError) as exc:  # bad settings, a checkpoint directory that is missing or incomplete
         raise UserError(str(exc)) from exc
 
@@ -397,11 +407,11 @@ def make_pi0_policy(cfg: PolicyConfig, env: sim.VecEnv, execute: int) -> nn.Modu
         from roborl.policies.pi0 import Pi0Policy
     except ImportError as exc:
         raise UserError(f"policy.kind pi0 needs the vla extra: pip install -e '.[vla]' ({exc})") from exc
-    critic_state_dim = spaces["critic_state"].shape[0] if "critic_state" in spaces else 0
+    critic_dim = critic_state_dim(spaces)
     try:
         return Pi0Policy(cfg.pi0, spaces["state"].shape[0], env.action_dim, cfg.horizon, execute, steps=cfg.steps,
                          rl_mode=cfg.rl_mode, noise_min=cfg.flow_noise.min_std, noise_max=cfg.flow_noise.max_std,
-                         noise_level=cfg.flow_sde.noise_level, critic_state_dim=critic_state_dim)
+                         noise_level=cfg.flow_sde.noise_level, critic_state_dim=critic_dim)
     except (ValueError, OSError) as exc:  # bad settings, a checkpoint directory that is missing or incomplete
         raise UserError(str(exc)) from exc
 
@@ -413,13 +423,13 @@ def make_lerobot_policy(spec: LeRobotSpec, cfg: PolicyConfig, env: sim.VecEnv, e
     except ImportError as exc:
         raise UserError(f"policy.kind lerobot needs the lerobot extra: bash scripts/setup.sh installs it ({exc})") from exc
     spaces = env.observation_space.spaces
-    critic_state_dim = spaces["critic_state"].shape[0] if "critic_state" in spaces else 0
-    image = tuple(spaces["rgb"].shape[:2]) if "rgb" in spaces else None
+    critic_dim = critic_state_dim(spaces)
+    image = image_shape(spaces)
     try:
         return LeRobotPolicy(spec, spaces["state"].shape[0], env.action_dim, cfg.horizon, execute, image_shape=image,
                              steps=cfg.steps, rl_mode=cfg.rl_mode, noise_min=cfg.flow_noise.min_std,
                              noise_max=cfg.flow_noise.max_std, noise_level=cfg.flow_sde.noise_level,
-                             critic_state_dim=critic_state_dim,
+                             critic_state_dim=critic_dim,
                              dppo={"eta": cfg.eta, "finetune_steps": cfg.dppo.finetune_steps,
                                    "min_sampling_std": cfg.dppo.min_sampling_std,
                                    "min_logprob_std": cfg.dppo.min_logprob_std,
