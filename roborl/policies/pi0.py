@@ -34,7 +34,7 @@ from roborl.policies.executed import ExecutedChunk
 from roborl.policies.gaussian import mlp
 from roborl.policies.normalizer import RunningNormalizer
 from roborl.policies.pretrained_heads import HEADS_FILE, read_meta, write_heads
-from roborl.policies.vla.heads import ValueHead
+from roborl.policies.value_head import ValueHead
 
 RL_MODES = ("flow_noise", "flow_sde")  # policy.rl_mode of pi0
 META_FILE = "roborl_pi0.json"

@@ -24,7 +24,7 @@ from roborl.policies.base import Policy
 from roborl.policies.cnn import CNNEncoder
 from roborl.policies.gaussian import mlp, normal_head, squashed_log_prob
 from roborl.policies.normalizer import RunningNormalizer
-from roborl.policies.vla.heads import ValueHead
+from roborl.policies.value_head import ValueHead
 
 INPUTS = ("obs+base", "obs")
 

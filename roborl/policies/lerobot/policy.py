@@ -37,7 +37,7 @@ from roborl.policies.gaussian import mlp
 from roborl.policies.lerobot import compat, smolvla_flow
 from roborl.policies.lerobot.configuration import LeRobotSpec
 from roborl.policies.pretrained_heads import HEADS_FILE, read_meta, write_heads
-from roborl.policies.vla.heads import ValueHead
+from roborl.policies.value_head import ValueHead
 
 RL_MODES = {"smolvla": ("flow_noise", "flow_sde"), "act": (), "diffusion": ("dppo",)}  # policy.rl_mode per type
 META_FILE = "roborl_lerobot.json"

@@ -15,8 +15,8 @@ import torch
 
 from roborl.policies.act import Act
 from roborl.policies.flow import FlowPolicy
+from roborl.policies.value_head import ValueHead
 from roborl.policies.vla.backbone import VLABackbone, build_backbone, instructions
-from roborl.policies.vla.heads import ValueHead
 from roborl.policies.vla.io import BackbonePolicy
 from roborl.policies.vla.readout import AttentionReadout
 from roborl.policies.vla.spec import VLASpec

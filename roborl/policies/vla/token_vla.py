@@ -22,9 +22,9 @@ from torch import nn
 
 from roborl.policies.act import Act
 from roborl.policies.base import Policy
+from roborl.policies.value_head import ValueHead
 from roborl.policies.vla.action_decoder import ActionTokenDecoder
 from roborl.policies.vla.backbone import VLABackbone, build_backbone, instructions
-from roborl.policies.vla.heads import ValueHead
 from roborl.policies.vla.io import BackbonePolicy
 from roborl.policies.vla.spec import VLASpec
 
