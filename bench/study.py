@@ -33,10 +33,16 @@ VLA_DEMO_ARGS = ["LangTabletopFixed-ReachPushLift", "--episode-length", "60", "-
 
 
 def run_once(run_dir: Path, name: str, reuse: bool, start: Callable[[], dict]) -> dict:
-    """The run's summary: read from `run_dir/name/summary.json` when `reuse` and it exists, else `start()`."""
-    summary = run_dir / name / "summary.json"
-    if reuse and summary.is_file():
-        return json.loads(summary.read_text())
+    """The run's summary: read from `run_dir/name/summary.json` when `reuse` and that run finished, else `start()`.
+    A run that was cut short is not taken for a result: the bench stops and says how to go on."""
+    path = run_dir / name / "summary.json"
+    if reuse and path.is_file():
+        summary = json.loads(path.read_text())
+        if summary.get("finished"):
+            return summary
+        raise SystemExit(f"{run_dir / name} was cut short at {summary['env_steps']:,} env steps: carry it on "
+                         f"(resume={run_dir / name}/checkpoints/last.safetensors with the command that started it) "
+                         "or delete it to start it again")
     return start()
 
 

@@ -191,8 +191,10 @@ class Runner:
             metric = "success" if (self.eval_env or self.env).unwrapped.reports_success else "return"
         return "success_rate" if metric == "success" else "mean_return"
 
-    def summary(self, wall: float) -> dict:
-        return {"success_rate": self.last_eval.get("success_rate", float("nan")),
+    def summary(self, wall: float, finished: bool) -> dict:
+        """What the last checkpoint holds; `finished` says whether the run got to its end (steps, budget,
+        `train.max_minutes` or `train.stop_at_success`) or is still going, interrupted or killed."""
+        return {"finished": finished, "success_rate": self.last_eval.get("success_rate", float("nan")),
                 "success_once": self.last_eval.get("success_once", float("nan")),
                 "mean_return": self.last_eval.get("mean_return", float("nan")),
                 "best_success_rate": max((r for _, _, r in self.eval_history), default=float("nan")),
@@ -241,6 +243,7 @@ class Runner:
             result = self.run_eval(wall)
             logger.scalars("eval", result, self.step)
             logger.bar.write(f"[0 steps] eval success of the initial policy {result['success_rate']:.3f}")
+        finished = self.iteration >= total_iters
         try:
             while self.iteration < total_iters:
                 it_start = time.time()
@@ -274,16 +277,17 @@ class Runner:
                 logger.advance(self.algo.progress * self.comm.world, postfix)
                 if self.iteration % plan.save_every == 0 or last:
                     self.save("last", wall)
-                    self.write_summary(self.summary(wall))  # what the last checkpoint holds
+                    self.write_summary(self.summary(wall, finished=last))
                 if last:
+                    finished = True
                     break
         except KeyboardInterrupt:
             logger.bar.write("interrupted: saving the last checkpoint")
             self.save("last", wall)
-            self.write_summary(self.summary(wall))
+            self.write_summary(self.summary(wall, finished=False))
         finally:
             logger.close()
-        summary = self.summary(wall)
+        summary = self.summary(wall, finished)
         self.close()
         return summary if self.is_main else None
 

@@ -40,6 +40,19 @@ def test_a_benchmark_writes_its_page_data_and_plot(study, tmp_path: Path, plot: 
     assert "`python bench/shield.py`" not in index.split("Not measured here yet")[1]
 
 
+def test_a_benchmark_reuses_finished_runs_and_stops_at_one_cut_short(study, tmp_path: Path) -> None:
+    """`--reuse` takes a finished run's summary for its result; a run killed mid-way is refused, not averaged in."""
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "summary.json").write_text(json.dumps({"finished": True, "success_rate": 0.5}))
+    assert study.run_once(tmp_path, "done", True, lambda: {"success_rate": 0.0})["success_rate"] == 0.5
+    assert study.run_once(tmp_path, "done", False, lambda: {"success_rate": 0.0})["success_rate"] == 0.0
+    assert study.run_once(tmp_path, "new", True, lambda: {"success_rate": 0.7})["success_rate"] == 0.7
+    (tmp_path / "cut").mkdir()
+    (tmp_path / "cut" / "summary.json").write_text(json.dumps({"finished": False, "env_steps": 1200}))
+    with pytest.raises(SystemExit, match=r"cut was cut short at 1,200 env steps: carry it on \(resume=.*last"):
+        study.run_once(tmp_path, "cut", True, lambda: {"success_rate": 0.7})
+
+
 def test_rsl_rl_trains_on_our_vecenv_through_the_benchmark_adapter(monkeypatch):
     """bench/throughput.py's peer: rsl_rl's own OnPolicyRunner iterates on our env through the thin adapter."""
     monkeypatch.syspath_prepend(str(ROOT / "bench"))

@@ -1,5 +1,6 @@
 """Bad input: one line that says what is wrong, exit code 2, no traceback, nothing written."""
 import importlib.util
+import json
 
 import pytest
 from helpers import ROOT, roborl, roborl_in_process
@@ -69,6 +70,7 @@ def test_resume_past_the_time_budget_is_refused(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     last = tmp_path / "r" / "checkpoints" / "last.safetensors"
     assert Checkpoint(last).trainer_state["iteration"] == 1  # the budget stopped it after one of two iterations
+    assert json.loads((tmp_path / "r" / "summary.json").read_text())["finished"] is True  # its budget is its end
     before = last.read_bytes()
     assert_one_line_error(roborl_in_process("train", f"resume={last}", "train.total_steps=400"),
                           "spends train.max_minutes=0.0001", "across resumes", "carry it on with a larger one")

@@ -55,6 +55,8 @@ def test_killed_anywhere_the_run_carries_on(tmp_path):
         assert proc.returncode in (-signal.SIGKILL, 0), proc.stderr.read().decode()[-2000:]
         if (run / "clock.json").exists():
             clocks.append(json.loads((run / "clock.json").read_text())["wall_time_s"])
+        if proc.returncode != 0 and (run / "summary.json").exists():  # a result of the run so far, not its end
+            assert json.loads((run / "summary.json").read_text())["finished"] is False
         if last.exists():
             state = Checkpoint(last).trainer_state  # whole and readable, whenever the kill came
             for key in seen:
@@ -69,6 +71,7 @@ def test_killed_anywhere_the_run_carries_on(tmp_path):
 
     summary = json.loads((run / "summary.json").read_text())
     state = Checkpoint(last).trainer_state
+    assert summary["finished"] is True
     assert summary["env_steps"] == state["env_steps"] == 8000 and summary["iterations"] == state["iteration"] == 100
     assert summary["wall_time_s"] >= round(max(clocks), 2) >= round(seen["wall_time_s"], 2)  # killed segments count
     acc = EventAccumulator(str(run / "tb"))
