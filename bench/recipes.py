@@ -164,22 +164,29 @@ def prerequisite(stage: str, runs: Path, reuse: bool, common: list[str], trained
     return runs / stage / "checkpoints" / "best.safetensors"
 
 
-def train_seeds(config: str, seeds: list[int], minutes: float, start: list[str], runs: Path, reuse: bool,
-                common: list[str], jobs: int) -> list[dict]:
-    """One `roborl train` per training seed, `jobs` side by side (one torch thread each); their summaries."""
+class SeedRun(NamedTuple):
+    config: str
+    seed: int
+    minutes: float  # its train.max_minutes
+    start: list[str]  # the overrides that point it at its prerequisites
+
+
+def train_runs(runs_to_train: list[SeedRun], runs: Path, reuse: bool, common: list[str], jobs: int) -> list[dict]:
+    """One `roborl train` per seed of every recipe, `jobs` side by side (one torch thread each) across recipes, so
+    a recipe's last seed does not leave a core idle; their summaries, in order."""
     threads = side_by_side(jobs)
 
-    def one(seed: int) -> dict:
-        name = f"{config}_seed{seed}"
-        args = ["train", f"configs/{config}.yaml", *start, *common, *threads, f"train.seed={seed}",
-                f"train.name={name}", f"train.max_minutes={minutes:g}"]
+    def one(run: SeedRun) -> dict:
+        name = f"{run.config}_seed{run.seed}"
+        args = ["train", f"configs/{run.config}.yaml", *run.start, *common, *threads, f"train.seed={run.seed}",
+                f"train.name={name}", f"train.max_minutes={run.minutes:g}"]
         summary = run_once(runs, name, reuse, lambda: train_stage(args, runs, name))
         print(f"{name}: final success {summary['success_rate']:.3f}, {summary['env_steps']:,} env steps, "
               f"{summary['wall_time_s'] / 60:.1f} min", flush=True)
         return summary
 
     with ThreadPoolExecutor(jobs) as pool:
-        return list(pool.map(one, seeds))
+        return list(pool.map(one, runs_to_train))
 
 
 def card(config: str, recipe: Recipe, seeds: list[int], summaries: list[dict]) -> dict:
@@ -273,6 +280,7 @@ def merged_with_earlier(rows: list[dict], args: argparse.Namespace) -> list[dict
     date = datetime.now(UTC).strftime("%Y-%m-%d")
     for row in rows:
         row["measured"] = date
+    rows = sorted(rows, key=lambda row: list(RECIPES).index(row["recipe"]))
     earlier = RESULTS / "recipes.json"
     if args.seeds or args.max_minutes or not earlier.is_file():
         return rows
@@ -304,7 +312,7 @@ def main() -> None:
     runs.mkdir(parents=True, exist_ok=True)
     common = ["train.progress=false", f"train.run_dir={runs}"]
     common += [f"train.max_minutes={args.max_minutes:g}"] if args.max_minutes else []
-    rows, trained = [], {}
+    rows, trained, planned = [], {}, {}
     for config in args.recipes:
         recipe = RECIPES[config]._replace(seeds=args.seeds or RECIPES[config].seeds,
                                           minutes=args.max_minutes or RECIPES[config].minutes)
@@ -316,9 +324,12 @@ def main() -> None:
                          "threshold": recipe.threshold, "budget_minutes": recipe.minutes, "not_run": reason})
             continue
         start = start_from(cfg, runs, args.reuse, common, trained)
-        summaries = train_seeds(config, seeds, recipe.minutes, start, runs, args.reuse, common, args.jobs)
         stages = [stage for value in (cfg.policy.init, cfg.residual.base) if (stage := pretraining_stage(value))]
-        rows.append({**card(config, recipe, seeds, summaries),
+        planned[config] = (recipe, [SeedRun(config, seed, recipe.minutes, start) for seed in seeds], stages)
+    summaries = iter(train_runs([run for _, seed_runs, _ in planned.values() for run in seed_runs], runs, args.reuse,
+                                common, args.jobs))
+    for config, (recipe, seed_runs, stages) in planned.items():
+        rows.append({**card(config, recipe, [run.seed for run in seed_runs], [next(summaries) for _ in seed_runs]),
                      "prerequisites": {stage: trained[stage]["best_success_rate"] for stage in stages}})
     rows = merged_with_earlier(rows, args)
     measured = {row["recipe"]: row["mean"] for row in rows if "mean" in row}
