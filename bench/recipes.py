@@ -172,6 +172,11 @@ class SeedRun(NamedTuple):
     minutes: float  # its train.max_minutes
     start: list[str]  # the overrides that point it at its prerequisites
 
+    @property
+    def name(self) -> str:
+        """Its run's train.name, the folder of its summary under --run-dir."""
+        return f"{self.config}_seed{self.seed}"
+
 
 def train_runs(runs_to_train: list[SeedRun], runs: Path, reuse: bool, common: list[str], jobs: int) -> list[dict]:
     """One `roborl train` per seed of every recipe, `jobs` side by side (one torch thread each) across recipes, so
@@ -179,11 +184,10 @@ def train_runs(runs_to_train: list[SeedRun], runs: Path, reuse: bool, common: li
     threads = side_by_side(jobs)
 
     def one(run: SeedRun) -> dict:
-        name = f"{run.config}_seed{run.seed}"
         args = ["train", f"configs/{run.config}.yaml", *run.start, *common, *threads, f"train.seed={run.seed}",
-                f"train.name={name}", f"train.max_minutes={run.minutes:g}"]
-        summary = run_once(runs, name, reuse, lambda: train_stage(args, runs, name))
-        print(f"{name}: final success {summary['success_rate']:.3f}, {summary['env_steps']:,} env steps, "
+                f"train.name={run.name}", f"train.max_minutes={run.minutes:g}"]
+        summary = run_once(runs, run.name, reuse, lambda: train_stage(args, runs, run.name))
+        print(f"{run.name}: final success {summary['success_rate']:.3f}, {summary['env_steps']:,} env steps, "
               f"{summary['wall_time_s'] / 60:.1f} min", flush=True)
         return summary
 
@@ -336,7 +340,7 @@ def main() -> None:
                                 common, args.jobs))
     for config, (recipe, seed_runs, stages) in planned.items():
         rows.append({**card(config, recipe, [run.seed for run in seed_runs], [next(summaries) for _ in seed_runs]),
-                     "measured": finished_on(runs, [f"{config}_seed{run.seed}" for run in seed_runs]),
+                     "measured": finished_on(runs, [run.name for run in seed_runs]),
                      "prerequisites": {stage: trained[stage]["best_success_rate"] for stage in stages}})
     rows = merged_with_earlier(rows, args)
     measured = {row["recipe"]: row["mean"] for row in rows if "mean" in row}
