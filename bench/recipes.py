@@ -228,7 +228,7 @@ def interval(point: float | None, ci: list[float] | None) -> str:
 def table_row(row: dict) -> str:
     budget = f"{row['budget_minutes']:g} min"
     threshold = f"≥ {row['threshold']:.2f} in {budget}" if row["threshold"] is not None else f"none stated ({budget})"
-    head = f"| {row['recipe']} | {row.get('measured', '—')} | {len(row['seeds'])} | {threshold}"
+    head = f"| {row['recipe']} | {row.get('measured', '—')} | {row.get('jobs', '—')} | {len(row['seeds'])} | {threshold}"
     if "not_run" in row:
         return head + f" | not run: {row['not_run']} | — | — | — | — | — |"
     reached = f"{row['reached']}/{len(row['seeds'])}" if row["reached"] is not None else "—"
@@ -246,12 +246,12 @@ def markdown(rows: list[dict], args: argparse.Namespace, trained: dict[str, dict
              "their 95% percentile-bootstrap CIs (roborl/stats.py). Threshold: the eval success the documentation "
              "says the recipe reaches (— where it states none), within the budget every seed ran under "
              "(`train.max_minutes`). Reached: seeds whose eval reached the threshold. The medians count a seed that "
-             "never reached it as never (— when the median seed did not); minutes are each run's wall time, with "
-             f"{args.jobs} run{'s' if args.jobs > 1 else ''} at a time on this machine. Per-seed final success in the "
-             "order of the seeds (0, 1, …).", "",
-             "| recipe | measured | seeds | threshold | reached (k/n) | final success IQM [95% CI] | mean [95% CI] | "
-             "median env steps to threshold | median minutes to threshold | per-seed final success |",
-             "|---|---|---|---|---|---|---|---|---|---|", *map(table_row, rows)]
+             "never reached it as never (— when the median seed did not); minutes are each run's wall time on this "
+             "machine, with as many runs side by side as the row says (`--jobs`: runs at a time, each on one torch "
+             "thread). Per-seed final success in the order of the seeds (0, 1, …).", "",
+             "| recipe | measured | runs at a time | seeds | threshold | reached (k/n) | final success IQM [95% CI] | "
+             "mean [95% CI] | median env steps to threshold | median minutes to threshold | per-seed final success |",
+             "|---|---|---|---|---|---|---|---|---|---|---|", *map(table_row, rows)]
     started = [row for row in rows if row.get("median_env_steps_to_threshold") == 0]
     if started:
         lines += ["", "A median of 0 env steps to the threshold: the policy the recipe starts from (its BC / SFT "
@@ -340,12 +340,12 @@ def main() -> None:
                                 common, args.jobs))
     for config, (recipe, seed_runs, stages) in planned.items():
         rows.append({**card(config, recipe, [run.seed for run in seed_runs], [next(summaries) for _ in seed_runs]),
-                     "measured": finished_on(runs, [run.name for run in seed_runs]),
+                     "measured": finished_on(runs, [run.name for run in seed_runs]), "jobs": args.jobs,
                      "prerequisites": {stage: trained[stage]["best_success_rate"] for stage in stages}})
     rows = merged_with_earlier(rows, args)
     measured = {row["recipe"]: row["mean"] for row in rows if "mean" in row}
     write_results("recipes", "Recipe cards: every shipped recipe over training seeds", markdown(rows, args, trained),
-                  {"rows": rows, "prerequisites": trained, "jobs": args.jobs,
+                  {"rows": rows, "prerequisites": trained,
                    "overridden": {"seeds": args.seeds, "max_minutes": args.max_minutes}},
                   seeds=seeds_line(rows, args.seeds), bars=measured or None,
                   plot_title="Mean final deterministic eval success over training seeds",

@@ -53,6 +53,20 @@ def test_a_benchmark_reuses_finished_runs_and_stops_at_one_cut_short(study, tmp_
         study.run_once(tmp_path, "cut", True, lambda: {"success_rate": 0.7})
 
 
+def test_a_recipe_card_keeps_the_runs_at_a_time_it_was_measured_with(study, monkeypatch) -> None:
+    """Minutes depend on how many runs shared the cores: a row measured with --jobs 1 still says 1 on a page a
+    later --jobs 2 call rewrites."""
+    monkeypatch.setattr(sys, "argv", ["bench/recipes.py"])
+    import recipes
+
+    summary = {"success_rate": 0.9, "best_success_rate": 0.9, "env_steps": 1000, "wall_time_s": 60.0,
+               "eval_history": [[0, 0.0, 0.1], [1000, 60.0, 0.9]]}
+    rows = [{**recipes.card(name, recipes.RECIPES[name], [0, 1, 2], [summary] * 3), "jobs": jobs}
+            for name, jobs in (("ppo_reach", 1), ("ppo_push", 2))]
+    args = recipes.argparse.Namespace(jobs=2, seeds=None, max_minutes=None)
+    table = [line for line in recipes.markdown(rows, args, {}) if line.startswith("| ppo_")]
+    assert [line.split(" | ")[2] for line in table] == ["1", "2"]
+
 def test_rsl_rl_trains_on_our_vecenv_through_the_benchmark_adapter(monkeypatch):
     """bench/throughput.py's peer: rsl_rl's own OnPolicyRunner iterates on our env through the thin adapter."""
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
