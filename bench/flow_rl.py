@@ -7,7 +7,7 @@ the sampling cost of the flow policy (actions/s at N=64 for 1, 5 and 10 Euler st
 
 Usage: python bench/flow_rl.py [--modes dppo flow_noise flow_sde fpo] [--run-dir runs/flow_rl]
        [--max-minutes 20] [--reuse]   (--reuse keeps finished BC / RL runs of an earlier call)
-About 10 minutes per mode and 5 per BC policy on 2 CPU cores.
+About 2-5 minutes per mode (each stops at 95%) and 1-2 per BC policy on 2 CPU cores, 20 at most per mode.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ fresh initial states of the base and of each run's best checkpoint. Writes `docs
 
 Usage: python bench/residual.py [--runs residual_ppo residual_sac scratch_ppo] [--run-dir runs/residual]
        [--max-minutes 30] [--reuse]   (--reuse keeps finished runs of an earlier call)
-About 5 (residual PPO), 10 (residual SAC) and 15-25 (PPO from scratch) minutes on 2 CPU cores.
+About 2 (residual PPO), 10 (residual SAC) and 10-15 (PPO from scratch) minutes on 2 CPU cores.
 """
 from __future__ import annotations
 
