@@ -274,7 +274,7 @@ INFERENCE_PLACEMENTS = ("collocated", "learner")  # where rollout inference runs
 
 @dataclass
 class ResourcesConfig:
-    # processes, each stepping env.num_envs / learners envs; gradients averaged (roborl/distributed.py)
+    # processes, each stepping env.num_envs / learners envs; gradients averaged (roborl/learners.py)
     learners: int = param(1, ge=1)
     compile: bool = False  # torch.compile the policy's act in rollouts, GAE and the PPO loss (roborl/compiling.py)
     cuda_graphs: bool = False  # with compile on CUDA: rollout inference replayed as CUDA graphs (fixed shapes)

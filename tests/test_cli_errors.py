@@ -94,6 +94,19 @@ def test_missing_video_writer_is_refused_before_the_run_starts(tmp_path, monkeyp
     assert importlib.util.find_spec("imageio_ffmpeg") is None  # the patch is what the trainer saw
 
 
+def test_no_offscreen_gl_is_one_line_with_the_fix(tmp_path, monkeypatch):
+    """A machine without EGL fails in MuJoCo's renderer; camera observations say what to install, no traceback."""
+    def no_gl(*args, **kwargs):
+        raise RuntimeError("gladLoadGL error")
+
+    monkeypatch.setattr("mujoco.Renderer", no_gl)
+    proc = roborl_in_process("demos", "Push", "--episodes", "1", "--envs", "1", "--rgb", "--quiet",
+                             "--out", str(tmp_path / "demos"))
+    assert_one_line_error(proc, "MuJoCo could not open an offscreen GL context (gladLoadGL error)",
+                          "apt-get install libegl1 libgl1", "MUJOCO_GL=osmesa")
+    assert not list((tmp_path / "demos").glob("*"))
+
+
 def test_checkpoint_messages_say_what_is_wrong(tmp_path):
     """A directory, a policy-only checkpoint given to resume, and weights that do not fit their config are each
     one line that says which and what to do."""

@@ -5,6 +5,8 @@ import mujoco
 import numpy as np
 import torch
 
+from roborl.sim.errors import SimError
+
 FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
 Marker = tuple[torch.Tensor, tuple[float, float, float, float], float]
 
@@ -26,7 +28,7 @@ class BatchRenderer:
         try:
             self.renderer = mujoco.Renderer(model, height, width)
         except Exception as exc:  # the GL backend is missing or broken
-            raise RuntimeError(
+            raise SimError(
                 f"MuJoCo could not open an offscreen GL context ({exc}); install EGL "
                 "(Debian: apt-get install libegl1 libgl1) or set MUJOCO_GL=osmesa") from exc
         self.model = model
