@@ -32,6 +32,7 @@ from roborl.evaluate import evaluate, require_video_writer
 from roborl.logger import Logger, SilentLogger
 from roborl.plots import plot_curves
 from roborl.run_dir import claim, new_run_dir, release, write_json
+from roborl.termination import sigterm_as_interrupt
 
 
 def check_time_left(trained_s: float, max_minutes: float | None) -> None:
@@ -244,49 +245,50 @@ class Runner:
             logger.scalars("eval", result, self.step)
             logger.bar.write(f"[0 steps] eval success of the initial policy {result['success_rate']:.3f}")
         finished = self.iteration >= total_iters
-        try:
-            while self.iteration < total_iters:
-                it_start = time.time()
-                stats, log = self.iterate(total_iters)
-                self.iteration += 1
-                self.env_steps += self.algo.env_steps * self.comm.world
-                self.step += self.algo.progress * self.comm.world
-                self.train_violations += log.violations
-                wall = self.wall_time_prev + time.time() - start
-                if self.is_main:
-                    write_json(self.run_dir / "clock.json", {"wall_time_s": wall})
-                sps = self.algo.progress * self.comm.world / (time.time() - it_start)
-                stats["sps"] = sps
-                logger.scalars("train", stats, self.step)
-                rollout = log.means()
-                if rollout:
-                    logger.scalars("rollout", rollout, self.step)
-                postfix = {"sps": sps, "ret": rollout.get("return", 0.0)}
-                last = self.comm.agree(self.iteration == total_iters or self.collector.budget_spent()
-                                      or bool(t.max_minutes and wall > 60 * t.max_minutes))
-                if self.iteration % plan.eval_every == 0 or last:
-                    result = self.run_eval(wall)
-                    logger.scalars("eval", result, self.step)
-                    logger.bar.write(f"[{self.step} {plan.unit}, {wall:.0f}s] eval success {result['success_rate']:.3f} "
-                                     f"(once {result['success_once']:.3f}) return {result['mean_return']:.2f}")
-                    if t.stop_at_success is not None and result["success_rate"] >= t.stop_at_success:
-                        logger.bar.write(f"eval success reached train.stop_at_success={t.stop_at_success}: stopping")
-                        last = True
-                if "success_rate" in self.last_eval:
-                    postfix["eval_success"] = self.last_eval["success_rate"]
-                logger.advance(self.algo.progress * self.comm.world, postfix)
-                if self.iteration % plan.save_every == 0 or last:
-                    self.save("last", wall)
-                    self.write_summary(self.summary(wall, finished=last))
-                if last:
-                    finished = True
-                    break
-        except KeyboardInterrupt:
-            logger.bar.write("interrupted: saving the last checkpoint")
-            self.save("last", wall)
-            self.write_summary(self.summary(wall, finished=False))
-        finally:
-            logger.close()
+        with sigterm_as_interrupt():  # a scheduler's SIGTERM saves the run as Ctrl-C does
+            try:
+                while self.iteration < total_iters:
+                    it_start = time.time()
+                    stats, log = self.iterate(total_iters)
+                    self.iteration += 1
+                    self.env_steps += self.algo.env_steps * self.comm.world
+                    self.step += self.algo.progress * self.comm.world
+                    self.train_violations += log.violations
+                    wall = self.wall_time_prev + time.time() - start
+                    if self.is_main:
+                        write_json(self.run_dir / "clock.json", {"wall_time_s": wall})
+                    sps = self.algo.progress * self.comm.world / (time.time() - it_start)
+                    stats["sps"] = sps
+                    logger.scalars("train", stats, self.step)
+                    rollout = log.means()
+                    if rollout:
+                        logger.scalars("rollout", rollout, self.step)
+                    postfix = {"sps": sps, "ret": rollout.get("return", 0.0)}
+                    last = self.comm.agree(self.iteration == total_iters or self.collector.budget_spent()
+                                          or bool(t.max_minutes and wall > 60 * t.max_minutes))
+                    if self.iteration % plan.eval_every == 0 or last:
+                        result = self.run_eval(wall)
+                        logger.scalars("eval", result, self.step)
+                        logger.bar.write(f"[{self.step} {plan.unit}, {wall:.0f}s] eval success {result['success_rate']:.3f} "
+                                         f"(once {result['success_once']:.3f}) return {result['mean_return']:.2f}")
+                        if t.stop_at_success is not None and result["success_rate"] >= t.stop_at_success:
+                            logger.bar.write(f"eval success reached train.stop_at_success={t.stop_at_success}: stopping")
+                            last = True
+                    if "success_rate" in self.last_eval:
+                        postfix["eval_success"] = self.last_eval["success_rate"]
+                    logger.advance(self.algo.progress * self.comm.world, postfix)
+                    if self.iteration % plan.save_every == 0 or last:
+                        self.save("last", wall)
+                        self.write_summary(self.summary(wall, finished=last))
+                    if last:
+                        finished = True
+                        break
+            except KeyboardInterrupt:
+                logger.bar.write("interrupted: saving the last checkpoint")
+                self.save("last", wall)
+                self.write_summary(self.summary(wall, finished=False))
+            finally:
+                logger.close()
         summary = self.summary(wall, finished)
         self.close()
         return summary if self.is_main else None

@@ -103,3 +103,29 @@ def test_a_resumed_run_made_in_its_predecessors_second_keeps_its_points(tmp_path
     acc = EventAccumulator(str(tmp_path / "tb"))
     acc.Reload()
     assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [(step, 2.0) for step in range(5, 11)]
+
+
+def test_sigterm_saves_the_run_where_it_stands(tmp_path):
+    """A scheduler's SIGTERM (preemption, `timeout`) is handled as Ctrl-C: the run saves its `last` checkpoint at
+    the iteration it reached, though no periodic save was due, says it is not finished, exits 0, and carries on
+    from there."""
+    run = tmp_path / "r"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "roborl.cli", "train", REACH, f"train.run_dir={tmp_path}", "train.name=r",
+         "env.num_envs=8", "train.rollout_steps=10", "train.total_steps=800000", "train.save_every=100000",
+         "train.eval_every=100000", "train.video=false", "train.progress=false"], cwd=ROOT,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run / "clock.json").exists():
+        time.sleep(0.05)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read().decode()[-2000:]
+    summary = json.loads((run / "summary.json").read_text())
+    state = Checkpoint(run / "checkpoints" / "last.safetensors").trainer_state
+    assert summary["finished"] is False and summary["iterations"] == state["iteration"] > 1
+    assert summary["env_steps"] == state["env_steps"] == 80 * state["iteration"]
+    done = roborl_in_process("train", f"resume={run / 'checkpoints' / 'last.safetensors'}", "train.total_steps="
+                             f"{state['env_steps'] + 160}", "train.progress=false")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((run / "summary.json").read_text())["iterations"] == state["iteration"] + 2
