@@ -5,7 +5,6 @@ a temporary file and renamed over the old one, so a crash never leaves a half-wr
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -14,6 +13,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from roborl.errors import UserError
+from roborl.files import atomic_write
 
 
 class LoadsState(Protocol):
@@ -65,7 +65,6 @@ def save_checkpoint(path: str | Path, policy: torch.nn.Module, algo_state: dict 
                     config: dict, trainer_state: dict) -> None:
     """`policy`'s weights, the algorithm's `algo_state` (None: none), the run's config and the runner's state."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {f"policy.{k}": v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
     algo_tensors: dict[str, torch.Tensor] = {}
     algo_meta = _encode(algo_state or {}, algo_tensors)
@@ -78,14 +77,8 @@ def save_checkpoint(path: str | Path, policy: torch.nn.Module, algo_state: dict 
 def write_safetensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
     """`tensors` and `metadata` as a safetensors file, written to a temporary file, synced and renamed over
     `path`: a reader (or a kill) never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_write(path, sync=True) as tmp:
         save_file(tensors, str(tmp), metadata=metadata)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 class Checkpoint:

@@ -16,7 +16,6 @@ Layout of `demos.hdf5` (the robomimic convention, readable with plain h5py):
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import h5py
@@ -27,6 +26,7 @@ from tqdm import tqdm
 from roborl import sim
 from roborl.demo_windows import DemoWindows, episode_windows
 from roborl.errors import UserError
+from roborl.files import atomic_write
 
 
 def demos_file(path: str | Path) -> Path:
@@ -45,7 +45,7 @@ def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16
     actions (a sloppier demonstrator). With `dart` the noisy action is executed but the expert's own is
     recorded (DART, Laskey et al. 2017): the demos then show the way back from small mistakes, which a
     cloned policy makes in closed loop. `proprio_only`: the recorded `state` is the arm's proprioception alone
-    (env.proprio_only; with `rgb`, the camera shows the rest). Written to a temporary file and renamed: no half-written file."""
+    (env.proprio_only; with `rgb`, the camera shows the rest). Written atomically (files.atomic_write): no half-written file."""
     from roborl import tasks
 
     if env_id not in tasks.EXPERTS:
@@ -63,14 +63,12 @@ def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16
     expert = tasks.EXPERTS[env_id](env)
     gen = torch.Generator().manual_seed(seed)
     path = demos_file(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     keys = ["state"] + (["rgb"] if rgb else [])
     buffers: list[dict[str, list]] = [{k: [] for k in (*keys, "actions", "rewards", "success")} for _ in range(num_envs)]
     written, total, successes = 0, 0, 0
     bar = tqdm(total=episodes, unit="episode", disable=not progress, desc=f"demos {env_id}")
     try:
-        with h5py.File(tmp, "w") as f:
+        with atomic_write(path) as tmp, h5py.File(tmp, "w") as f:
             data = f.create_group("data")
             obs = env.reset(seed=seed)
             expert.reset()
@@ -111,9 +109,7 @@ def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16
                         "dart": dart, "proprio_only": proprio_only}
             data.attrs.update(total=total, env_args=json.dumps(env_args), num_episodes=written,
                               success_rate=successes / max(written, 1))
-        os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
         bar.close()
         env.close()
     return {"path": str(path), "episodes": written, "steps": total, "success_rate": successes / max(written, 1)}

@@ -24,10 +24,10 @@ The aggregate is the mean over tasks (and the IQM over all runs of all tasks), b
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 from roborl import stats
+from roborl.files import atomic_write
 from roborl.run_dir import write_json
 
 SCHEMA = "roborl.eval/1"
@@ -113,6 +113,5 @@ def markdown(report: dict) -> str:
 def write_report(report: dict, out_dir: Path) -> None:
     write_json(out_dir / "eval.json", report)
     md = out_dir / "eval.md"
-    tmp = md.with_name(f".{md.name}.tmp")
-    tmp.write_text(markdown(report))
-    os.replace(tmp, md)
+    with atomic_write(md) as tmp:
+        tmp.write_text(markdown(report))

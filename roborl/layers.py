@@ -1,6 +1,6 @@
 """The import graph of roborl and the rules it must keep: the layers point down and nothing imports in a circle.
 
-    roborl.wire  <-  roborl.sim  <-  roborl.tasks  <-  roborl.policies  <-  the rest of roborl
+    roborl.wire, roborl.files  <-  roborl.sim  <-  roborl.tasks  <-  roborl.policies  <-  the rest of roborl
 
 `roborl.sim` knows no task, policy or trainer; `roborl.tasks` knows simulators only; `roborl.policies` knows
 no simulator or task (it sees observation dicts). Every import counts, also one inside a function or under
@@ -17,8 +17,9 @@ from pathlib import Path
 import networkx as nx
 
 PACKAGE = Path(__file__).resolve().parent
-# bottom first; everything else in roborl is on top. roborl.wire, the msgpack codec, imports nothing of roborl.
-LAYERS = ("roborl.wire", "roborl.sim", "roborl.tasks", "roborl.policies")
+# bottom first; everything else in roborl is on top. roborl.wire (the msgpack codec) and roborl.files (atomic
+# writes) import nothing of roborl.
+LAYERS = ("roborl.wire", "roborl.files", "roborl.sim", "roborl.tasks", "roborl.policies")
 GENERIC = ("sim", "tasks", "policies")  # old top-level names: importable from nowhere
 
 

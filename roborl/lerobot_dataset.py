@@ -14,8 +14,6 @@ Videos are decoded by LeRobot's own decoder (torchcodec, over the FFmpeg librari
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import h5py
@@ -24,6 +22,7 @@ from tqdm import tqdm
 
 from roborl.demo_windows import DemoWindows, episode_windows
 from roborl.errors import UserError
+from roborl.files import atomic_write
 
 CAMERA = "observation.images.camera"
 # LeRobot appends each episode to the current data and video file by rewriting it: files of a few MB keep
@@ -50,13 +49,11 @@ def _lerobot(what: str):
 
 def write_dataset(demos: str | Path, out: str | Path, repo_id: str | None = None, progress: bool = True) -> dict:
     """`demos` (a directory or file written by `roborl demos`) as a LeRobot v3 dataset in `out`, written to a
-    temporary directory and renamed (never half-written)."""
+    temporary directory and renamed (files.atomic_write: never half-written)."""
     LeRobotDataset = _lerobot("--format lerobot")
     target = Path(out).expanduser()
     if target.exists() and any(target.iterdir()):
         raise UserError(f"'{target}' exists and is not empty: LeRobot datasets are written to a new directory")
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     source = Path(demos).expanduser()
     with h5py.File(source / "demos.hdf5" if source.is_dir() else source, "r") as f:
         data = f["data"]
@@ -69,7 +66,7 @@ def write_dataset(demos: str | Path, out: str | Path, repo_id: str | None = None
             features[CAMERA] = {"dtype": "video", "shape": first["obs/rgb"].shape[1:],
                                 "names": ["height", "width", "channels"]}
         fps = int(env_args.get("control_freq") or 20)
-        try:
+        with atomic_write(target) as tmp:
             dataset = LeRobotDataset.create(repo_id=repo_id or f"roborl/{target.name}", fps=fps, features=features,
                                             root=tmp, robot_type=str(env_args.get("env_id", "roborl")),
                                             use_videos=CAMERA in features)
@@ -91,12 +88,6 @@ def write_dataset(demos: str | Path, out: str | Path, repo_id: str | None = None
             success = [bool(data[name].attrs.get("success", True)) for name in names]
             info_file.write_text(json.dumps({**info, ROBORL_KEY: {"env_args": env_args, "episode_success": success}},
                                             indent=4))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.exists():
-                target.rmdir()
-            os.replace(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     return {"path": str(target), "episodes": len(names), "fps": fps, "features": sorted(features)}
 
 

@@ -2,11 +2,12 @@
 plot, not with the runner: it costs every `roborl` process about half a second to start."""
 from __future__ import annotations
 
-import os
 import textwrap
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
+
+from roborl.files import atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -55,7 +56,6 @@ def plot_bars(path: str | Path, values: dict[str, float], title: str, ylabel: st
 def save(fig: Figure, path: str | Path) -> None:
     """Writes the figure to a temporary file and renames it, so a reader never sees half a PNG."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp)
+    with atomic_write(path, suffix=".png") as tmp:
+        fig.savefig(tmp)
     pyplot().close(fig)
-    os.replace(tmp, path)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from roborl.errors import UserError
+from roborl.files import atomic_write
 
 LOCK = ".lock"
 _held: dict[Path, IO] = {}  # run directories this process holds, with their open lock files
@@ -24,9 +25,8 @@ _held: dict[Path, IO] = {}  # run directories this process holds, with their ope
 
 def write_json(path: Path, data: dict) -> None:
     """`data` as JSON at `path`, written to a temporary file first and renamed over it (never half-written)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
+    with atomic_write(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2))
 
 
 def claim(run_dir: Path) -> None:

@@ -23,7 +23,7 @@ def test_a_cycle_and_an_upward_import_are_caught(tmp_path):
     (package / "config.py").write_text((package / "config.py").read_text() + "\nimport roborl.runner  # noqa\n")
     (package / "algos" / "lagrangian.py").write_text("import sim\n")
     found = layers.violations(package)
-    assert "roborl.sim.registry imports roborl.policies.act, a higher layer (layers, bottom up: roborl.wire, " \
+    assert "roborl.sim.registry imports roborl.policies.act, a higher layer (layers, bottom up: roborl.wire, roborl.files, " \
            "roborl.sim, roborl.tasks, roborl.policies, roborl)" in found
     assert "roborl.algos.lagrangian imports 'sim': import it as roborl.sim" in found
     cycles = [line for line in found if line.startswith("import cycle: ")]

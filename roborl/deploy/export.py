@@ -16,7 +16,6 @@ renamed only after the artifact has been reloaded and checked against the in-fra
 from __future__ import annotations
 
 import json
-import os
 import time
 import warnings
 from pathlib import Path
@@ -27,6 +26,7 @@ from torch import nn
 
 from roborl.deploy.artifact import load_runner, sha256
 from roborl.errors import UserError
+from roborl.files import atomic_write
 
 FORMATS = {"torchscript": ".pt", "onnx": ".onnx"}
 METADATA_FORMAT = "roborl-policy-1"
@@ -134,10 +134,7 @@ def export_checkpoint(checkpoint: str | Path, fmt: str = "torchscript", out: str
 
     path = Path(out) if out else Path(checkpoint).with_suffix(FORMATS[fmt])
     sidecar = path.with_name(path.name + ".json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp_meta = sidecar.with_name(f".{sidecar.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_write(sidecar) as tmp_meta, atomic_write(path) as tmp:  # the artifact is renamed first
         _write_artifact(module, inputs, fmt, tmp)
         # check the reloaded artifact on a fresh batch of observations against the policy in the framework
         probe = {k: v.numpy() for k, v in obs.items()}
@@ -161,11 +158,6 @@ def export_checkpoint(checkpoint: str | Path, fmt: str = "torchscript", out: str
             "check": {"max_abs_diff": max_diff, "batch": int(inputs[0].shape[0])},
         }
         tmp_meta.write_text(json.dumps(metadata, indent=2))
-        os.replace(tmp, path)
-        os.replace(tmp_meta, sidecar)
-    finally:
-        tmp.unlink(missing_ok=True)
-        tmp_meta.unlink(missing_ok=True)
     return metadata
 
 

@@ -4,13 +4,12 @@ loads without roborl (roborl's heads beside it). Written to a temporary director
 directory is never half-overwritten."""
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import torch
 
 from roborl.errors import UserError
+from roborl.files import atomic_write
 
 KINDS = ("pi0", "lerobot")
 
@@ -34,12 +33,6 @@ def export_pretrained(checkpoint: str | Path, out: str | Path | None = None) -> 
     finally:
         env.close()
     ckpt.load_policy(policy)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_write(target) as tmp:
         policy.eval().save_pretrained(tmp)
-        if target.exists():
-            target.rmdir()
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return {"directory": str(target), "kind": cfg.policy.kind, "files": sorted(p.name for p in target.iterdir())}

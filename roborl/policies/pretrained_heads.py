@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from safetensors.torch import save_model
 from torch import nn
+
+from roborl.files import atomic_write
 
 HEADS_FILE = "roborl_heads.safetensors"
 
 
 def write_heads(out: Path, heads: nn.Module, meta: dict, meta_file: str) -> None:
     """The heads (written to a temporary name and renamed) and the settings, into `out`."""
-    tmp = out / f"{HEADS_FILE}.tmp"
-    save_model(heads, str(tmp))
-    os.replace(tmp, out / HEADS_FILE)
+    with atomic_write(out / HEADS_FILE) as tmp:
+        save_model(heads, str(tmp))
     (out / meta_file).write_text(json.dumps(meta, indent=2))
 
 

@@ -23,13 +23,13 @@ classifier the run started from is never overwritten.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from roborl.errors import UserError
+from roborl.files import atomic_write
 from roborl.reward_classifier import FILE, RewardClassifier, accuracy, fit, labelled_frames, save, split_episodes, stacked
 
 Judge = Callable[[dict[str, np.ndarray]], bool]
@@ -100,10 +100,8 @@ class JudgedClassifier:
             return None
         frames, labels = np.stack(self.frames), np.asarray(self.labels, bool)
         if self.saved < len(labels):
-            self.dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.dir / f".{FRAMES}.tmp-{os.getpid()}.npz"
-            np.savez(tmp, frames=frames, labels=labels)
-            os.replace(tmp, self.dir / FRAMES)
+            with atomic_write(self.dir / FRAMES, suffix=".npz") as tmp:
+                np.savez(tmp, frames=frames, labels=labels)
             self.saved = len(labels)
         if self.new < self.refit_every:
             return None

@@ -6,9 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 
+from roborl.files import atomic_write
 from roborl.policies.lerobot.configuration import LeRobotSpec
 
 VLM_SPECIALS = {"image_token": "<image>", "fake_image_token": "<fake_token_around_image>",
@@ -31,36 +31,31 @@ def small_vlm_dir(spec: LeRobotSpec) -> Path:
 
     from roborl.policies.vla.tokenizer import word_tokenizer
 
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     try:
-        tokenizer = word_tokenizer(0)
-        tokenizer.add_special_tokens({"additional_special_tokens": list(VLM_SPECIALS.values())})
-        tokenizer.save_pretrained(tmp)
-        config_file = tmp / "tokenizer_config.json"
-        config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "extra_special_tokens": VLM_SPECIALS}))
-        tokenizer = AutoTokenizer.from_pretrained(str(tmp), local_files_only=True)
-        width, side = spec.hidden, spec.image_size
-        config = SmolVLMConfig(
-            text_config={"model_type": "llama", "hidden_size": width, "intermediate_size": 2 * width,
-                         "num_hidden_layers": spec.layers, "num_attention_heads": spec.heads,
-                         "num_key_value_heads": 1, "head_dim": width // spec.heads, "vocab_size": len(tokenizer)},
-            vision_config={"hidden_size": width, "intermediate_size": 2 * width, "num_hidden_layers": spec.layers,
-                           "num_attention_heads": spec.heads, "image_size": side, "patch_size": side // 4},
-            scale_factor=2, image_token_id=tokenizer.convert_tokens_to_ids(VLM_SPECIALS["image_token"]))
-        config.save_pretrained(tmp)
-        images = SmolVLMImageProcessor(do_resize=False, do_image_splitting=False, size={"longest_edge": side},
-                                       max_image_size={"longest_edge": side})
-        SmolVLMProcessor(image_processor=images, tokenizer=tokenizer, video_processor=SmolVLMVideoProcessor(),
-                         image_seq_len=4).save_pretrained(tmp)
-        try:
-            os.replace(tmp, out)
-        except OSError:  # another process wrote it first
-            if not (out / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with atomic_write(out) as tmp:
+            tmp.mkdir()
+            tokenizer = word_tokenizer(0)
+            tokenizer.add_special_tokens({"additional_special_tokens": list(VLM_SPECIALS.values())})
+            tokenizer.save_pretrained(tmp)
+            config_file = tmp / "tokenizer_config.json"
+            config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "extra_special_tokens": VLM_SPECIALS}))
+            tokenizer = AutoTokenizer.from_pretrained(str(tmp), local_files_only=True)
+            width, side = spec.hidden, spec.image_size
+            config = SmolVLMConfig(
+                text_config={"model_type": "llama", "hidden_size": width, "intermediate_size": 2 * width,
+                             "num_hidden_layers": spec.layers, "num_attention_heads": spec.heads,
+                             "num_key_value_heads": 1, "head_dim": width // spec.heads, "vocab_size": len(tokenizer)},
+                vision_config={"hidden_size": width, "intermediate_size": 2 * width, "num_hidden_layers": spec.layers,
+                               "num_attention_heads": spec.heads, "image_size": side, "patch_size": side // 4},
+                scale_factor=2, image_token_id=tokenizer.convert_tokens_to_ids(VLM_SPECIALS["image_token"]))
+            config.save_pretrained(tmp)
+            images = SmolVLMImageProcessor(do_resize=False, do_image_splitting=False, size={"longest_edge": side},
+                                           max_image_size={"longest_edge": side})
+            SmolVLMProcessor(image_processor=images, tokenizer=tokenizer, video_processor=SmolVLMVideoProcessor(),
+                             image_seq_len=4).save_pretrained(tmp)
+    except OSError:  # another process wrote it first
+        if not (out / "config.json").is_file():
+            raise
     return out
 
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from roborl.files import atomic_write
 from roborl.policies.vla.backbone import build_backbone
 from roborl.policies.vla.spec import VLASpec
 
@@ -33,9 +33,8 @@ def save_policy(policy: nn.Module, directory: str | Path) -> None:
     bb.vision.config.save_pretrained(out / "vision")
     bb.language_config().save_pretrained(out / "language")
     bb.tokenizer.save_pretrained(out / "tokenizer")
-    tmp = out / "model.safetensors.tmp"
-    save_model(policy, str(tmp))  # drops the duplicates of tied weights
-    os.replace(tmp, out / "model.safetensors")
+    with atomic_write(out / "model.safetensors") as tmp:
+        save_model(policy, str(tmp))  # drops the duplicates of tied weights
     meta = {"kind": policy.kind, "spec": dataclasses.asdict(policy.spec), "args": policy.init_args}
     (out / "vla.json").write_text(json.dumps(meta, indent=2))
 
