@@ -33,6 +33,7 @@ from roborl.builder import make_run_env
 from roborl.config import load_config
 from roborl.evaluate import evaluate
 from roborl.policies.act import Act
+from roborl.run_dir import write_json
 from roborl.stats import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,8 +93,7 @@ def train_rsl_rl(config: Path, overrides: list[str], seed: int, run_dir: Path, r
     eval_env.close()
     summary = {"success_rate": history[-1][2], "env_steps": done * per_iteration, "wall_time_s": history[-1][1],
                "eval_history": history}
-    run_dir.mkdir(parents=True, exist_ok=True)
-    summary_path.write_text(json.dumps(summary))
+    write_json(summary_path, summary)
     print(f"rsl_rl seed {seed}: final success {summary['success_rate']:.3f}, {summary['env_steps']:,} env steps, "
           f"{summary['wall_time_s'] / 60:.1f} min", flush=True)
     return summary

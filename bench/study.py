@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from roborl.config import load_config
+from roborl.files import atomic_write
 from roborl.plots import plot_bars, plot_curves
 from roborl.runner import Runner
 
@@ -133,10 +134,16 @@ def write_results(name: str, title: str, lines: list[str], data: dict, seeds: st
               "| how it was measured | |", "|---|---|", f"| command | `{command}` |", f"| date | {meta['date']} |",
               f"| hardware | {meta['hardware']} |", f"| software | {meta['software']} |", f"| seeds | {seeds} |",
               f"| data | [{name}.json]({name}.json) |", ""]
-    (out / f"{name}.md").write_text("\n".join(header) + "\n" + table + "\n" + png)
-    (out / f"{name}.json").write_text(json.dumps({"meta": meta, **data}, indent=2) + "\n")
+    write_page(out / f"{name}.md", "\n".join(header) + "\n" + table + "\n" + png)
+    write_page(out / f"{name}.json", json.dumps({"meta": meta, **data}, indent=2) + "\n")
     write_index(out)
     return out / f"{name}.md"
+
+
+def write_page(path: Path, text: str) -> None:
+    """A results file, written whole (a killed bench leaves the page it had)."""
+    with atomic_write(path) as tmp:
+        tmp.write_text(text)
 
 
 def write_index(out: Path = RESULTS) -> None:
@@ -152,7 +159,7 @@ def write_index(out: Path = RESULTS) -> None:
     benches = sorted(path.stem for path in Path(__file__).parent.glob("*.py") if "write_results(" in path.read_text()
                      and path.stem != "study")
     missing = [f"- `python bench/{name}.py`" for name in benches if not (out / f"{name}.md").is_file()]
-    (out / "index.md").write_text("\n".join([
+    write_page(out / "index.md", "\n".join([
         "# Results", "",
         "Every page here is written by a benchmark in `bench/` when it runs; none is edited by hand. Each page says",
         "the command, the date, the hardware and the seeds behind its numbers.", "",

@@ -40,6 +40,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from roborl.config import load_config
 from roborl.errors import UserError
+from roborl.run_dir import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = {name: f"mujoco/LangTabletopFixed-{name.capitalize()}" for name in ("reach", "push", "lift")}
@@ -78,7 +79,7 @@ def stage(name: str, command: list[str], runs: Path, reuse: bool) -> dict:
     summary = json.loads((run / "summary.json").read_text())
     info.update(env_steps=summary.get("env_steps", 0), wall_s=summary["wall_time_s"],
                 frames_per_s=frames_per_second(run), best=summary.get("best_success_rate"))
-    measured.write_text(json.dumps(info, indent=2))
+    write_json(measured, info)
     return info
 
 
