@@ -21,7 +21,8 @@ from study import first_reaching, run_once, write_results
 
 from roborl.builder import make_env, make_policy
 from roborl.config import load_config
-from roborl.demos import demos_file, record_demos
+from roborl.demos import record_demos
+from roborl.demos_hdf5 import demos_file
 from roborl.runner import Runner
 from roborl.train import train_bc
 

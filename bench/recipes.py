@@ -42,7 +42,8 @@ from study import (
 )
 
 from roborl.config import Config, load_config
-from roborl.demos import demos_file, record_demos
+from roborl.demos import record_demos
+from roborl.demos_hdf5 import demos_file
 from roborl.stats import summarize
 
 

@@ -446,7 +446,7 @@ def load_pretrained(policy: nn.Module, path: str, modules: list[str] | tuple[str
     a BC run's) keep their initialization; the frozen reference is the loaded net.
     `modules` (`policy.init_modules`, dotted names such as `backbone.vision`) takes only those submodules
     and leaves the rest as built, as pi0 starts a new action expert on a pretrained backbone."""
-    from roborl.checkpoint import Checkpoint
+    from roborl.checkpoint import Checkpoint, state_dict_mismatch
 
     ckpt = Checkpoint(path)
     state = {k: v for k, v in ckpt.policy_state.items() if not k.startswith("reference.")}
@@ -464,7 +464,8 @@ def load_pretrained(policy: nn.Module, path: str, modules: list[str] | tuple[str
     try:
         missing, unexpected = policy.load_state_dict(state, strict=False)
     except RuntimeError as exc:
-        raise UserError(f"policy.init '{path}' does not fit this policy: {str(exc).splitlines()[0]}") from exc
+        raise UserError(f"policy.init '{path}' does not fit this policy: {state_dict_mismatch(exc)}; give policy the "
+                        "kind and sizes it was trained with") from exc
     fresh = ("reference.", "noise_head.") + (("critic.",) if critic_differs else ())
     missing = [k for k in missing if not k.startswith(fresh) and (not prefixes or k.startswith(prefixes))]
     if missing or unexpected:

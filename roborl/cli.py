@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import NoReturn
 
 from roborl.errors import UserError
 
@@ -14,6 +15,9 @@ def _train(args: argparse.Namespace) -> int:
     from roborl.config import load_config
 
     cfg = load_config(args.config, args.overrides)
+    if args.config is None and not cfg.train.resume:
+        raise UserError("roborl train needs a config file (e.g. roborl train configs/ppo_reach.yaml) or "
+                        "resume=PATH (a checkpoint of the run to continue)")
     from roborl.train import train  # after the config is checked: seconds of imports
 
     summary = train(cfg)
@@ -206,9 +210,26 @@ def _envs(args: argparse.Namespace) -> int:
     return 0
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as roborl reports every bad input: one line, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"roborl: error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """Refuses an output path that cannot be written before the command's work, not after it."""
+    from roborl.files import unwritable
+
+    folder = args.command in ("demos", "eval", "reward-classifier") or getattr(args, "format", None) == "pretrained"
+    for name, is_folder in (("out", folder), ("video_path", False)):
+        if (path := getattr(args, name, None)) and (reason := unwritable(path, is_folder)):
+            raise UserError(f"--{name.replace('_', '-')}: {reason}")
+
+
 def make_parser() -> argparse.ArgumentParser:
     """The `roborl` command line; docs/reference/cli.md is generated from it (roborl/reference.py)."""
-    parser = argparse.ArgumentParser(prog="roborl", description="Robot RL: train, evaluate and export policies.")
+    parser = OneLineParser(prog="roborl", description="Robot RL: train, evaluate and export policies.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train with a YAML config; override any key with key=value")
     p.add_argument("config", nargs="?", help="configs/*.yaml (optional with resume=PATH)")
@@ -303,9 +324,15 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides.insert(0, args.config)
         args.config = None
     try:
+        check_outputs(args)
         return args.func(args)
     except UserError as exc:
         print(f"roborl: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # what no check foresaw: a full disk, a folder removed while the command ran
+        where = f"'{exc.filename}': " if exc.filename else ""
+        print(f"roborl: error: {where}{exc.strerror or exc} (check the path, its permissions and the free space)",
+              file=sys.stderr)
         return 2
     except Exception as exc:
         from roborl.sim.errors import SimError

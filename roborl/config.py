@@ -560,14 +560,27 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
     with the `key=value` overrides applied on top."""
     data: dict = {}
     extra = parse_overrides(list(overrides))
-    resume = extra.get("train", {}).get("resume")
+    train = extra.get("train")
+    resume = train.get("resume") if isinstance(train, dict) else None
     if path is None and resume:
         from roborl.checkpoint import Checkpoint
 
         data = Checkpoint(resume).config
     if path is not None:
         data = read_config_file(Path(path))
+        _check_sections(Config, data, "")  # before overrides merge into a section the file got wrong
     return config_from_dict(_merge(data, extra))
+
+
+def _check_sections(cls: type, data: dict, path: str) -> None:
+    """Every section of `data` (a key whose field is a dataclass) is a mapping, at every depth."""
+    hints = typing.get_type_hints(cls)
+    for key, value in data.items():
+        if key in hints and dataclasses.is_dataclass(hints[key]):
+            full = f"{path}.{key}" if path else str(key)
+            if not isinstance(value, dict):
+                raise UserError(f"config section '{full}' must be a mapping, got {value!r}")
+            _check_sections(hints[key], value, full)
 
 
 def read_config_file(path: Path) -> dict:

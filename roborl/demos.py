@@ -25,14 +25,9 @@ from tqdm import tqdm
 
 from roborl import sim
 from roborl.demo_windows import DemoWindows, episode_windows
+from roborl.demos_hdf5 import demos_file, episode_names, open_demos
 from roborl.errors import UserError
 from roborl.files import atomic_write
-
-
-def demos_file(path: str | Path) -> Path:
-    """`DIR` or `DIR/demos.hdf5` -> the HDF5 file."""
-    path = Path(path)
-    return path / "demos.hdf5" if path.is_dir() or path.suffix != ".hdf5" else path
 
 
 @torch.no_grad()
@@ -50,8 +45,14 @@ def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16
 
     if env_id not in tasks.EXPERTS:
         raise UserError(f"no scripted expert for '{env_id}'; tasks with experts: {', '.join(tasks.EXPERTS)}")
+    if episodes < 1:
+        raise UserError(f"--episodes must be >= 1, got {episodes}")
     if episode_length is not None and episode_length < 1:
         raise UserError(f"--episode-length must be >= 1, got {episode_length}")
+    if action_noise < 0:
+        raise UserError(f"--noise is a standard deviation: it must be >= 0, got {action_noise}")
+    if rgb and min(render_size) < 8:
+        raise UserError(f"--size must be >= 8 pixels, got {min(render_size)}")
     if dart and action_noise <= 0:
         raise UserError("--dart records the expert's action while a noisy one is executed: give it --noise > 0")
     length = {} if episode_length is None else {"episode_length": episode_length}
@@ -63,6 +64,10 @@ def record_demos(env_id: str, episodes: int, out: str | Path, num_envs: int = 16
     expert = tasks.EXPERTS[env_id](env)
     gen = torch.Generator().manual_seed(seed)
     path = demos_file(out)
+    if path.parent.is_file():
+        raise UserError(f"--out '{path.parent}' is a file: give a directory (the demos go to DIR/demos.hdf5)")
+    if path.exists():
+        raise UserError(f"'{path}' exists: record to a new --out directory, or delete it first (nothing was changed)")
     keys = ["state"] + (["rgb"] if rgb else [])
     buffers: list[dict[str, list]] = [{k: [] for k in (*keys, "actions", "rewards", "success")} for _ in range(num_envs)]
     written, total, successes = 0, 0, 0
@@ -140,23 +145,13 @@ def load_demos(path: str | Path, obs_history: int = 1, horizon: int = 1, max_epi
 
     if lerobot_dataset.is_dataset(path):
         return lerobot_dataset.load_windows(path, obs_history, horizon, max_episodes, success_only, images)
-    path = demos_file(path)
-    if not path.is_file():
-        raise UserError(f"demonstrations '{path}' do not exist; record them with: roborl demos TASK --episodes N --out DIR")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise UserError(f"demonstrations '{path}' are not a readable HDF5 file ({exc})") from exc
     obs_windows, act_windows, used = [], [], 0
     instructions: list[str] = []
     frames: list[torch.Tensor] = []
-    with f:
-        if "data" not in f:
-            raise UserError(f"demonstrations '{path}' have no 'data' group (not a robomimic-style file)")
-        env_args = json.loads(f["data"].attrs.get("env_args", "{}"))
-        names = sorted(f["data"].keys(), key=lambda s: int(s.split("_")[-1]))
-        for name in names:
-            g = f["data"][name]
+    with open_demos(path) as (path, data):
+        env_args = json.loads(data.attrs.get("env_args", "{}"))
+        for name in episode_names(data, path):
+            g = data[name]
             if success_only and not bool(g.attrs.get("success", True)):
                 continue
             if max_episodes is not None and used >= max_episodes:
@@ -193,18 +188,14 @@ def load_demo_transitions(path: str | Path, reward: str = "env", max_episodes: i
     step and ends each episode at its first success (a robot run, whose reward is success)."""
     if reward not in ("env", "success"):
         raise ValueError(f"reward must be env or success, got {reward!r}")
-    path = demos_file(path)
-    if not path.is_file():
-        raise UserError(f"demonstrations '{path}' do not exist; record them with: roborl demos TASK --episodes N --out DIR")
     keys = ["state"] + (["rgb"] if images else [])
     parts: dict[str, list] = {k: [] for k in ("obs", "next_obs", "action", "reward", "terminated")}
-    with h5py.File(path, "r") as f:
-        names = sorted(f["data"].keys(), key=lambda s: int(s.split("_")[-1]))[:max_episodes]
+    with open_demos(path) as (path, data):
+        names = episode_names(data, path, ("actions", "success", "obs/state"))[:max_episodes]
         for name in names:
-            g = f["data"][name]
-            if any(f"obs/{k}" not in g for k in keys):
-                raise UserError(f"demonstrations '{path}' hold no {'images' if images else 'states'}; record them "
-                                f"with `roborl demos{' --rgb' if images else ''}`")
+            g = data[name]
+            if images and "obs/rgb" not in g:
+                raise UserError(f"demonstrations '{path}' hold no images; record them with `roborl demos --rgb`")
             obs = {k: torch.from_numpy(g[f"obs/{k}"][()]) for k in keys}
             success = torch.from_numpy(g["success"][()])
             T = len(success) - 1  # the last step has no next observation on file

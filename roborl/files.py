@@ -47,3 +47,17 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
     else:
         path.unlink(missing_ok=True)
+
+
+def unwritable(path: str | Path, folder: bool = False) -> str | None:
+    """Why a file (a folder with `folder`) cannot be written at `path`, or None: a command checks its outputs
+    before its work, so that a typo in a path does not fail it at the end."""
+    path = Path(path).expanduser()
+    if path.exists() and path.is_dir() != folder:
+        return f"'{path}' is a {'file' if folder else 'folder'}; give a {'folder' if folder else 'file'}"
+    nearest = next(p for p in (path, *path.parents) if p.exists())
+    if not nearest.is_dir():
+        return f"'{nearest}' is a file, so nothing can be written under it"
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        return f"'{nearest}' is not writable by this user"
+    return None

@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import h5py
 import torch
 from tqdm import tqdm
 
 from roborl.demo_windows import DemoWindows, episode_windows
+from roborl.demos_hdf5 import episode_names, open_demos
 from roborl.errors import UserError
 from roborl.files import atomic_write
 
@@ -54,11 +54,11 @@ def write_dataset(demos: str | Path, out: str | Path, repo_id: str | None = None
     target = Path(out).expanduser()
     if target.exists() and any(target.iterdir()):
         raise UserError(f"'{target}' exists and is not empty: LeRobot datasets are written to a new directory")
-    source = Path(demos).expanduser()
-    with h5py.File(source / "demos.hdf5" if source.is_dir() else source, "r") as f:
-        data = f["data"]
+    with open_demos(Path(demos).expanduser()) as (source, data):
         env_args = json.loads(data.attrs.get("env_args", "{}"))
-        names = sorted(data.keys(), key=lambda s: int(s.split("_")[-1]))
+        names = episode_names(data, source)
+        if not names:
+            raise UserError(f"demonstrations '{source}' hold no episodes: nothing to write")
         first = data[names[0]]
         features = {"observation.state": {"dtype": "float32", "shape": first["obs/state"].shape[1:], "names": None},
                     "action": {"dtype": "float32", "shape": first["actions"].shape[1:], "names": None}}

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import h5py
 import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
@@ -24,7 +23,7 @@ from torch import nn
 from tqdm import tqdm
 
 from roborl.checkpoint import write_safetensors
-from roborl.demos import demos_file
+from roborl.demos_hdf5 import demos_file, episode_names, open_demos
 from roborl.errors import UserError
 from roborl.policies.cnn import CNNEncoder
 
@@ -69,13 +68,10 @@ class RewardClassifier(nn.Module):
 
 def labelled_frames(path: str | Path) -> list[tuple[np.ndarray, np.ndarray]]:
     """(frames T×H×W×3 uint8, labels T bool) per episode of a demos file with frames."""
-    path = demos_file(path)
-    if not path.exists():
-        raise UserError(f"no demos file at '{path}'; record one with `roborl demos TASK --rgb --out DIR`")
     episodes = []
-    with h5py.File(path, "r") as f:
-        for name in sorted(f["data"], key=lambda n: int(n.split("_")[-1])):
-            demo = f["data"][name]
+    with open_demos(path) as (path, data):
+        for name in episode_names(data, path, ("success", "obs/state")):
+            demo = data[name]
             if "rgb" not in demo["obs"]:
                 raise UserError(f"'{path}' has no obs/rgb frames: record them with `roborl demos TASK --rgb`")
             success = np.asarray(demo["success"], bool)
@@ -85,8 +81,8 @@ def labelled_frames(path: str | Path) -> list[tuple[np.ndarray, np.ndarray]]:
 
 def demos_camera(path: str | Path) -> str:
     """The camera a demos file's frames come from (the task's default, front, for files that do not say)."""
-    with h5py.File(demos_file(path), "r") as f:
-        return json.loads(f["data"].attrs.get("env_args", "{}")).get("camera") or "front"
+    with open_demos(path) as (_, data):
+        return json.loads(data.attrs.get("env_args", "{}")).get("camera") or "front"
 
 
 def accuracy(model: RewardClassifier, frames: np.ndarray, labels: np.ndarray, batch: int = 512) -> float:
@@ -110,6 +106,8 @@ def stacked(episodes: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, 
 def train_reward_classifier(demos: str | Path, out: str | Path, *, epochs: int = 30, holdout: float = 0.25,
                             batch_size: int = 64, lr: float = 3e-4, seed: int = 0, progress: bool = True) -> dict:
     """Trains on the demos' episodes but a held-out `holdout` fraction; returns and stores the accuracies."""
+    if epochs < 1:
+        raise UserError(f"--epochs must be >= 1, got {epochs}")
     episodes = labelled_frames(demos)
     if not 0 < holdout < 1:
         raise UserError(f"--holdout must be in (0, 1), got {holdout}")

@@ -151,3 +151,60 @@ def test_an_optimizer_state_that_does_not_fit_the_runs_parameters_is_one_line(tm
         Checkpoint(path).load_algo(make_algorithm(cfg, policy, env, torch.device("cpu")))
     env.close()
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("args,fragments", [
+    (["eval", "x.safetensors", "--episodes", "abc"], ["roborl eval: argument --episodes: invalid int value: 'abc'",
+                                                       "see roborl eval --help"]),
+    (["bc"], ["roborl bc: the following arguments are required: config"]),
+    (["train"], ["needs a config file", "or resume=PATH"]),
+    (["train", "resume="], ["needs a config file"]),
+    (["train", REACH, "train=5"], ["config section 'train' must be a mapping, got 5"]),
+    (["serve", "x.pt", "--port", "70000"], ["--port must be in 0..65535"]),
+    (["serve", "x.pt", "--max-batch", "0"], ["--max-batch must be >= 1"]),
+    (["actor", "127.0.0.1:99999"], ["the port must be in 0..65535"]),
+    (["demos", "Push", "--episodes", "0", "--out", "unused"], ["--episodes must be >= 1"]),
+    (["demos", "Push", "--noise", "-1", "--out", "unused"], ["--noise is a standard deviation: it must be >= 0"]),
+    (["demos", "Push", "--rgb", "--size", "0", "--out", "unused"], ["--size must be >= 8 pixels"]),
+    (["reward-classifier", "unused", "--out", "unused", "--epochs", "0"], ["--epochs must be >= 1"]),
+])
+def test_a_bad_command_line_is_one_line_before_any_work(args, fragments):
+    """argparse's own errors, a missing config, and numbers out of their range: refused in one line, exit 2."""
+    assert_one_line_error(roborl_in_process(*args), *fragments)
+
+
+def test_a_config_file_with_a_bad_section_is_refused_even_under_an_override(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("train: 5\n")
+    assert_one_line_error(roborl_in_process("train", str(config), "train.seed=1"), "config section 'train' must be a mapping")
+
+
+def test_outputs_that_cannot_be_written_are_refused_before_the_work(tmp_path):
+    """A path under a file, a file where a folder goes and the reverse: refused at once, nothing recorded or written."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("keep")
+    assert_one_line_error(roborl_in_process("demos", "Push", "--episodes", "1", "--envs", "1", "--quiet", "--out",
+                                            str(a_file)), f"--out: '{a_file}' is a file; give a folder")
+    assert_one_line_error(roborl_in_process("eval", "x.safetensors", "--video-path", str(a_file / "v.mp4")),
+                          f"--video-path: '{a_file}' is a file, so nothing can be written under it")
+    assert_one_line_error(roborl_in_process("export", "x.safetensors", "--out", str(tmp_path)),
+                          f"--out: '{tmp_path}' is a folder; give a file")
+    assert a_file.read_text() == "keep" and [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_recording_over_existing_demos_is_refused_and_keeps_them(tmp_path):
+    first = roborl_in_process("demos", "Reach", "--episodes", "1", "--envs", "1", "--quiet", "--out", str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    recorded = (tmp_path / "demos.hdf5").read_bytes()
+    assert_one_line_error(roborl_in_process("demos", "Reach", "--episodes", "2", "--envs", "1", "--quiet", "--out",
+                                            str(tmp_path)), "demos.hdf5' exists", "record to a new --out directory")
+    assert (tmp_path / "demos.hdf5").read_bytes() == recorded
+
+
+def test_an_os_error_nobody_foresaw_is_one_line_with_its_path(tmp_path, monkeypatch):
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device", str(tmp_path / "demos.hdf5"))
+
+    monkeypatch.setattr("roborl.demos.record_demos", full_disk)
+    assert_one_line_error(roborl_in_process("demos", "Reach", "--out", str(tmp_path)),
+                          f"'{tmp_path / 'demos.hdf5'}': No space left on device", "free space")

@@ -1,6 +1,7 @@
 """Demonstrations on disk (robomimic-style HDF5), BC from them through the CLI, and RL fine-tuning that
 starts from the BC checkpoint."""
 import json
+import shutil
 
 import h5py
 import pytest
@@ -8,6 +9,7 @@ import torch
 from helpers import ROOT, roborl_in_process
 
 from roborl.demos import load_demos, record_demos
+from roborl.demos_hdf5 import demos_file
 from roborl.errors import UserError
 
 
@@ -56,6 +58,29 @@ def test_bad_demo_files_are_clear_errors(tmp_path):
     with pytest.raises(UserError, match="no scripted expert"):
         record_demos("gym/Pusher-v5", 1, tmp_path / "x")
     assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
+    named = tmp_path / "demos.h5"  # an existing file is read whatever its name
+    named.write_bytes(b"not hdf5 at all")
+    with pytest.raises(UserError, match=f"demonstrations '{named}' are not a readable HDF5"):
+        load_demos(named)
+
+
+def test_demo_files_from_elsewhere_name_what_they_lack(reach_demos, tmp_path):
+    """A group that is not an episode, or an episode without states: one UserError naming it, for every reader."""
+    from roborl.demos import load_demo_transitions
+    from roborl.reward_classifier import labelled_frames
+
+    foreign, stateless = tmp_path / "foreign.hdf5", tmp_path / "stateless.hdf5"
+    for path in (foreign, stateless):
+        shutil.copy(demos_file(reach_demos), path)
+    with h5py.File(foreign, "a") as f:
+        f["data"].create_group("episode")
+    with h5py.File(stateless, "a") as f:
+        del f["data/demo_0/obs/state"]
+    for read in (load_demos, load_demo_transitions, labelled_frames):
+        with pytest.raises(UserError, match="'data/episode', which is not an episode"):
+            read(foreign)
+        with pytest.raises(UserError, match="episode 'demo_0' has no .*obs/state"):
+            read(stateless)
 
 
 @pytest.mark.learning
@@ -91,6 +116,10 @@ def test_rl_init_that_does_not_fit_is_one_line(reach_demos, tmp_path):
                              "env.id=mujoco/Reach", f"policy.init={init}", "policy.hidden=[64,64]", "train.name=rl")
     assert proc.returncode == 2 and "does not fit this policy" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+    proc = roborl_in_process("train", str(ROOT / "configs" / "ppo_reach.yaml"), f"train.run_dir={tmp_path}",
+                             f"policy.init={init}", "train.name=gaussian")  # a flow policy's weights
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "size mismatch for" in proc.stderr and "give policy the kind and sizes it was trained with" in proc.stderr
     proc = roborl_in_process("bc", str(ROOT / "configs" / "bc_flow_push.yaml"), f"train.run_dir={tmp_path}", "train.name=bc2",
                              f"bc.demos={reach_demos}")
     assert proc.returncode == 2 and "recorded on 'mujoco/Reach'" in proc.stderr, proc.stderr

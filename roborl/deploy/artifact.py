@@ -31,7 +31,8 @@ def load_runner(path: str | Path, runtime: str) -> Runner:
         import torch
 
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript is deprecated upstream, still supported
+            for deprecated in (DeprecationWarning, FutureWarning):  # TorchScript is deprecated upstream, still supported
+                warnings.simplefilter("ignore", deprecated)
             module = torch.jit.load(str(path), map_location="cpu")
 
         def run(obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -177,6 +177,12 @@ async def serve_forever(artifact: Artifact, host: str = "127.0.0.1", port: int =
 
 def serve(path: str, host: str = "127.0.0.1", port: int = 8000, token: str | None = None,
           max_batch: int = 1024) -> None:
+    from roborl.errors import UserError
+
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port must be in 0..65535 (0 picks a free port), got {port}")
+    if max_batch < 1:
+        raise UserError(f"--max-batch must be >= 1, got {max_batch}")
     artifact = Artifact(path)
     artifact.warm_up()
     try:
@@ -184,8 +190,6 @@ def serve(path: str, host: str = "127.0.0.1", port: int = 8000, token: str | Non
     except KeyboardInterrupt:
         pass
     except OSError as exc:
-        from roborl.errors import UserError
-
         raise UserError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from exc
 
 

@@ -31,6 +31,8 @@ def parse_address(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ValueError(f"'{address}' is not HOST:PORT (e.g. 127.0.0.1:7100)")
+    if int(port) > 65535:
+        raise ValueError(f"'{address}': the port must be in 0..65535")
     return host, int(port)
 
 
