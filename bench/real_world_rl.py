@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -126,13 +127,16 @@ def main() -> None:
     runs.mkdir(parents=True, exist_ok=True)
     demos, cls_demos, classifier = runs / "demos", runs / "classifier_demos", runs / "classifier"
     if not (args.reuse and (demos / "demos.hdf5").exists()):
+        shutil.rmtree(demos, ignore_errors=True)  # recorded anew: roborl demos never records over a file
         run_stage(["demos", TASK, "--episodes", str(args.demos), "--out", str(demos), "--seed", "1000", "--quiet"],
                   runs / "demos.log")
     image_demos = runs / "image_demos"  # the same episodes (the same seed), seen as the image policies see them
     if args.images and not (args.reuse and (image_demos / "demos.hdf5").exists()):
+        shutil.rmtree(image_demos, ignore_errors=True)
         run_stage(["demos", TASK, "--episodes", str(args.demos), "--out", str(image_demos), "--seed", "1000", "--rgb",
                    "--size", "64", "--proprio-only", "--quiet"], runs / "image_demos.log")
     if not (args.reuse and (classifier / "reward_classifier.safetensors").exists()):
+        shutil.rmtree(cls_demos, ignore_errors=True)
         run_stage(["demos", TASK, "--episodes", str(args.classifier_episodes), "--rgb", "--size", "64", "--noise", "0.3",
                    "--out", str(cls_demos), "--seed", "5000", "--quiet"], runs / "classifier_demos.log")
         run_stage(["reward-classifier", str(cls_demos), "--out", str(classifier), "--quiet"], runs / "classifier.log")
