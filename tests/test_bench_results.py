@@ -67,6 +67,21 @@ def test_a_recipe_card_keeps_the_runs_at_a_time_it_was_measured_with(study, monk
     table = [line for line in recipes.markdown(rows, args, {}) if line.startswith("| ppo_")]
     assert [line.split(" | ")[2] for line in table] == ["1", "2"]
 
+
+def test_a_baseline_row_is_said_to_be_one(study, monkeypatch) -> None:
+    """A sparse-reward baseline fails its reward machine's bar by design: the page names it as a baseline."""
+    monkeypatch.setattr(sys, "argv", ["bench/recipes.py"])
+    import recipes
+
+    summary = {"success_rate": 0.0, "best_success_rate": 0.0, "env_steps": 1000, "wall_time_s": 60.0,
+               "eval_history": [[0, 0.0, 0.0], [1000, 60.0, 0.0]]}
+    args = recipes.argparse.Namespace(jobs=1, seeds=None, max_minutes=None)
+    rows = [{**recipes.card(name, recipes.RECIPES[name], [0], [summary]), "jobs": 1}
+            for name in ("rm_sequence", "ppo_sequence_sparse")]
+    notes = [line for line in recipes.markdown(rows, args, {}) if line.startswith("Baselines")]
+    assert len(notes) == 1 and "ppo_sequence_sparse (against rm_sequence)" in notes[0]
+    assert "rm_sequence (against" not in notes[0]
+
 def test_rsl_rl_trains_on_our_vecenv_through_the_benchmark_adapter(monkeypatch):
     """bench/throughput.py's peer: rsl_rl's own OnPolicyRunner iterates on our env through the thin adapter."""
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
