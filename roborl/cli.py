@@ -329,10 +329,10 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"roborl: error: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:  # what no check foresaw: a full disk, a folder removed while the command ran
-        where = f"'{exc.filename}': " if exc.filename else ""
-        print(f"roborl: error: {where}{exc.strerror or exc} (check the path, its permissions and the free space)",
-              file=sys.stderr)
+    except OSError as exc:  # what no check foresaw: a full disk, a folder removed meanwhile, a connection lost
+        said = (f"'{exc.filename}': {exc.strerror} (check the path, its permissions and the free space)"
+                if exc.filename else " ".join(str(exc.strerror or exc).split()))  # one line
+        print(f"roborl: error: {said}", file=sys.stderr)
         return 2
     except Exception as exc:
         from roborl.sim.errors import SimError
