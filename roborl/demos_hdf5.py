@@ -13,16 +13,16 @@ from roborl.errors import UserError
 
 
 def demos_file(path: str | Path) -> Path:
-    """`DIR` or `DIR/demos.hdf5` -> the HDF5 file."""
+    """`DIR` or `DIR/demos.hdf5` -> the HDF5 file; an existing file is itself, whatever its name."""
     path = Path(path)
-    return path / "demos.hdf5" if path.is_dir() or path.suffix != ".hdf5" else path
+    return path if path.is_file() or (path.suffix == ".hdf5" and not path.is_dir()) else path / "demos.hdf5"
 
 
 @contextmanager
 def open_demos(path: str | Path) -> Iterator[tuple[Path, h5py.Group]]:
     """The file of `path` (demos_file) and its `data` group, open for reading. A missing or unreadable file, or one
     without `data`, is one UserError that says how to record demos."""
-    path = Path(path) if Path(path).is_file() else demos_file(path)  # a file is read whatever its name
+    path = demos_file(path)
     if not path.is_file():
         raise UserError(f"demonstrations '{path}' do not exist; record them with: roborl demos TASK --episodes N --out DIR")
     try:
