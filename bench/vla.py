@@ -89,7 +89,8 @@ def main() -> None:
     p.add_argument("--episodes", type=int, default=50, help="eval episodes per task")
     p.add_argument("--families", nargs="+", default=["flow_vla", "token_vla"])
     p.add_argument("--algorithms", nargs="*", default=["ppo", "grpo"],
-                   help="ppo, grpo (fine-tune the VLA), residual_ppo (a residual on the frozen VLA); none: SFT only")
+                   help="ppo, grpo (fine-tune the VLA), residual_ppo (a residual on the frozen VLA); "
+                        "the flag with no names: SFT only")
     p.add_argument("--reuse", action="store_true")
     p.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds of each RL stage (train.seed)")
     p.add_argument("--jobs", type=int, default=1, help="RL seeds trained side by side (each on one thread)")
@@ -98,6 +99,12 @@ def main() -> None:
     for names in (a.families, a.algorithms):  # `--families token_vla key=value` also swallows the overrides
         a.overrides += [n for n in names if "=" in n]
         names[:] = [n for n in names if "=" not in n]
+    for family in a.families:  # every stage's config, before any stage runs
+        for config in [f"sft_{family}", *(f"{alg}_{family}" for alg in a.algorithms)]:
+            if not (ROOT / f"configs/{config}.yaml").exists():
+                raise SystemExit(f"bench/vla.py: there is no configs/{config}.yaml; give --families among those "
+                                 "with an sft_<family>.yaml and --algorithms among ppo, grpo, residual_ppo (the "
+                                 "flag alone: SFT only)")
     runs = Path(a.run_dir).resolve()
     runs.mkdir(parents=True, exist_ok=True)
     common = [f"train.run_dir={runs}", "train.progress=false", *a.overrides]
@@ -118,6 +125,7 @@ def main() -> None:
                     a.reuse)
         sft_ckpt = runs / sft_name / "checkpoints" / "best.safetensors"
         sft_scores = per_task([sft_ckpt], runs / f"eval_{sft_name}", a.episodes, runs / f"eval_{sft_name}.log")
+        print(f"{sft_name}: " + ", ".join(f"{task} {score['mean']:.2f}" for task, score in sft_scores.items()))
         for algorithm in a.algorithms:
             config = f"{algorithm}_{family}"
             start = "residual.base" if algorithm.startswith("residual") else "policy.init"  # the SFT VLA frozen
@@ -130,6 +138,9 @@ def main() -> None:
             rl_scores = per_task(last, runs / f"eval_{config}", a.episodes, runs / f"eval_{config}.log")
             rows.append({"family": family, "algorithm": algorithm, "sft": sft_scores, "rl": rl_scores,
                          "sft_stage": sft, "rl_stages": stages})
+    if not rows:
+        print("SFT only: docs/results/vla.md is kept as it was")
+        return
     seeds = f"1 SFT; {len(a.seeds)} RL training seed{'s' if len(a.seeds) > 1 else ''} ({', '.join(map(str, a.seeds))})"
     lines = markdown(rows, a.episodes).splitlines()
     if a.reuse:

@@ -3,6 +3,7 @@ PNG under the results folder, and the index of the pages, which also names the b
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -100,3 +101,14 @@ def test_rsl_rl_trains_on_our_vecenv_through_the_benchmark_adapter(monkeypatch):
     assert any(not torch.equal(a, b) for a, b in zip(before, runner.alg.actor.parameters()))
     assert env.episode_length_buf.max() <= env.max_episode_length
     env.close()
+
+
+def test_vla_bench_refuses_an_unknown_family_or_algorithm_before_any_stage(tmp_path):
+    """bench/vla.py checks every stage's config first: a typo in --algorithms must not cost the demos and SFT
+    that run before the RL stages (nor write a run folder)."""
+    for args in (["--families", "pi0_tabletopp"], ["--families", "pi0_tabletop", "--algorithms", "ppo", "none"]):
+        out = subprocess.run([sys.executable, str(ROOT / "bench/vla.py"), "--run-dir", str(tmp_path / "runs"),
+                              *args], capture_output=True, text=True)
+        assert out.returncode != 0
+        assert out.stderr.strip().count("\n") == 0 and "there is no configs/" in out.stderr, out.stderr
+        assert not (tmp_path / "runs").exists()
