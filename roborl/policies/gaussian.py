@@ -50,7 +50,31 @@ def mlp(sizes: list[int], activation: str, out_gain: float, layer_norm: bool = F
     return nn.Sequential(*layers)
 
 
-class GaussianActorCritic(Policy):
+class GaussianOnStateAndImage:
+    """What a Gaussian actor on the env's `state` (running-normalized) and its own CNN's features of `rgb` does
+    with them; the policy sets `normalizer`, `encoder` (each may be None) and `log_std` (None: state-dependent)."""
+
+    normalizer: RunningNormalizer | None
+    encoder: CNNEncoder | None
+    log_std: nn.Parameter | None
+
+    def state_and_image(self, obs: dict) -> torch.Tensor:
+        x = obs["state"].float()
+        if self.normalizer is not None:
+            x = self.normalizer(x)
+        if self.encoder is not None:
+            x = torch.cat([x, self.encoder(obs["rgb"])], -1)
+        return x
+
+    def update_normalizer(self, obs: dict) -> None:
+        if self.normalizer is not None:
+            self.normalizer.update(obs["state"])
+
+    def distribution(self, x: torch.Tensor) -> Normal:
+        return normal_head(self.actor(x), self.log_std)
+
+
+class GaussianActorCritic(GaussianOnStateAndImage, Policy):
     """Diagonal Gaussian over actions with a state-independent learned log-std; separate critic."""
 
     def __init__(self, obs_dim: int, action_dim: int, hidden: list[int] = (256, 256), activation: str = "tanh",
@@ -89,22 +113,11 @@ class GaussianActorCritic(Policy):
         self.cost_critic = mlp([self.feature_dim, *hidden, 1], activation, 1.0) if cost_critic else None
 
     def features(self, obs: dict) -> torch.Tensor:
-        x = obs["state"].float()
-        if self.normalizer is not None:
-            x = self.normalizer(x)
-        if self.encoder is not None:
-            x = torch.cat([x, self.encoder(obs["rgb"])], -1)
+        x = self.state_and_image(obs)
         if self.option_machine is not None:
             options = self.option_machine.shape[0]
             x = torch.cat([x, obs["state"][:, -options:].float() @ self.option_machine], -1)
         return x
-
-    def update_normalizer(self, obs: dict) -> None:
-        if self.normalizer is not None:
-            self.normalizer.update(obs["state"])
-
-    def distribution(self, x: torch.Tensor) -> Normal:
-        return normal_head(self.actor(x), self.log_std)
 
     def act(self, obs: dict, deterministic: bool = False) -> Act:
         x = self.features(obs)

@@ -17,19 +17,18 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.distributions import Normal
 
 from roborl.policies.act import Act
 from roborl.policies.base import Policy
 from roborl.policies.cnn import CNNEncoder
-from roborl.policies.gaussian import mlp, normal_head, squashed_log_prob
+from roborl.policies.gaussian import GaussianOnStateAndImage, mlp, squashed_log_prob
 from roborl.policies.normalizer import RunningNormalizer
 from roborl.policies.value_head import ValueHead
 
 INPUTS = ("obs+base", "obs")
 
 
-class ResidualPolicy(Policy):
+class ResidualPolicy(GaussianOnStateAndImage, Policy):
     def __init__(self, obs_dim: int, action_dim: int, scale: float = 0.1, inputs: str = "obs+base",
                  hidden: list[int] = (256, 256), activation: str = "tanh", init_log_std: float = -1.0,
                  state_std: bool = False, normalize_obs: bool = True, critic: bool = True,
@@ -59,21 +58,10 @@ class ResidualPolicy(Policy):
         self.critic = ValueHead(in_dim, list(hidden), False, critic_state_dim, activation) if critic else None
 
     def features(self, obs: dict) -> torch.Tensor:
-        x = obs["state"].float()
-        if self.normalizer is not None:
-            x = self.normalizer(x)
-        if self.encoder is not None:
-            x = torch.cat([x, self.encoder(obs["rgb"])], -1)
+        x = self.state_and_image(obs)
         if self.inputs == "obs+base":
             x = torch.cat([x, obs["base_action"].float()], -1)
         return x
-
-    def update_normalizer(self, obs: dict) -> None:
-        if self.normalizer is not None:
-            self.normalizer.update(obs["state"])
-
-    def distribution(self, x: torch.Tensor) -> Normal:
-        return normal_head(self.actor(x), self.log_std)
 
     def compose(self, obs: dict, u: torch.Tensor) -> torch.Tensor:
         """The executed action for pre-squash residual u."""
