@@ -13,7 +13,8 @@ on these tasks once perception and grounding are solved, the headroom the VLAs' 
 
 Prints, per family and algorithm, the success of the SFT start and of the RL result on each task and on
 their average (deterministic eval, `--episodes` fresh episodes per task), with the env steps, wall time,
-peak memory and rollout frames/s of each stage. Writes `docs/results/vla.{md,json}`.
+peak memory and rollout frames/s of each stage. Writes `docs/results/vla.{md,json}`, keeping the rows of
+earlier calls that this one did not measure (each row names the command and date that measured it).
 
 Usage: python bench/vla.py [--run-dir runs/vla] [--episodes 50]
                            [--families flow_vla token_vla flow_vla_fewshot token_vla_fewshot flow_state]
@@ -32,10 +33,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 
-from study import pretraining_stage, record_vla_demos, run_stage, side_by_side, write_results
+from study import RESULTS, pretraining_stage, record_vla_demos, run_stage, side_by_side, write_results
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from roborl.config import load_config
@@ -43,6 +47,7 @@ from roborl.errors import UserError
 from roborl.run_dir import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
+EPISODES = 50  # eval episodes per task
 TASKS = {name: f"mujoco/LangTabletopFixed-{name.capitalize()}" for name in ("reach", "push", "lift")}
 
 
@@ -86,7 +91,7 @@ def stage(name: str, command: list[str], runs: Path, reuse: bool) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--run-dir", default="runs/vla")
-    p.add_argument("--episodes", type=int, default=50, help="eval episodes per task")
+    p.add_argument("--episodes", type=int, default=EPISODES, help="eval episodes per task")
     p.add_argument("--families", nargs="+", default=["flow_vla", "token_vla"])
     p.add_argument("--algorithms", nargs="*", default=["ppo", "grpo"],
                    help="ppo, grpo (fine-tune the VLA), residual_ppo (a residual on the frozen VLA); "
@@ -109,6 +114,8 @@ def main() -> None:
     runs.mkdir(parents=True, exist_ok=True)
     common = [f"train.run_dir={runs}", "train.progress=false", *a.overrides]
     rows = []
+    measured = {"command": shlex.join(["python", "bench/vla.py", *sys.argv[1:]]),
+                "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "episodes": a.episodes}
     for family in a.families:
         sft_name = f"sft_{family}"
         try:
@@ -137,26 +144,48 @@ def main() -> None:
             last = [runs / name / "checkpoints" / "last.safetensors" for name in names]  # best may be the start
             rl_scores = per_task(last, runs / f"eval_{config}", a.episodes, runs / f"eval_{config}.log")
             rows.append({"family": family, "algorithm": algorithm, "sft": sft_scores, "rl": rl_scores,
-                         "sft_stage": sft, "rl_stages": stages})
+                         "sft_stage": sft, "rl_stages": stages, "measured": measured})
     if not rows:
         print("SFT only: docs/results/vla.md is kept as it was")
         return
-    seeds = f"1 SFT; {len(a.seeds)} RL training seed{'s' if len(a.seeds) > 1 else ''} ({', '.join(map(str, a.seeds))})"
+    rows = merged_with_earlier(rows, a.episodes)
+    seeds = "1 SFT per family; RL training seeds as each row says"
     lines = markdown(rows, a.episodes).splitlines()
-    if a.reuse:
-        lines += ["", "With `--reuse`, stages that had already finished in the run directory were kept rather than run "
-                  "again; each row's wall times, memory and frame rates are those of its own runs."]
     write_results("vla", "VLA fine-tuning on LangTabletop: SFT, then RL", lines, {"rows": rows}, seeds=seeds)
+
+
+def merged_with_earlier(rows: list[dict], episodes: int) -> list[dict]:
+    """This call's rows beside the rows (family, RL algorithm) an earlier call measured with as many eval episodes
+    and this one did not (docs/results/vla.json), so the page grows a family at a time; each row keeps the command
+    and date that measured it."""
+    earlier = RESULTS / "vla.json"
+    if not earlier.is_file():
+        return rows
+    data = json.loads(earlier.read_text())
+    mine = {}
+    for row in data["rows"]:
+        row.setdefault("measured", {"command": data["meta"]["command"], "date": data["meta"]["date"],
+                                    "episodes": episodes_of(data["meta"]["command"])})
+        if row["measured"]["episodes"] == episodes:
+            mine[row["family"], row["algorithm"]] = row
+    mine.update({(row["family"], row["algorithm"]): row for row in rows})
+    return list(mine.values())
+
+
+def episodes_of(command: str) -> int:
+    """The eval episodes per task of a bench/vla.py command line (the default where it gives none)."""
+    words = shlex.split(command)
+    return int(words[words.index("--episodes") + 1]) if "--episodes" in words else EPISODES
 
 
 def markdown(rows: list[dict], episodes: int) -> str:
     names = [*TASKS, "average"]
     head = ("| family | RL | " + " | ".join(f"{n} SFT → RL" for n in names) +
-            " | RL env steps | SFT / RL wall | SFT / RL peak memory | rollout frames/s |")
+            " | RL seeds | RL env steps | SFT / RL wall | SFT / RL peak memory | rollout frames/s | measured |")
     title = (f"Success rates, deterministic, {episodes} episodes per task: SFT `best` → RL `last` (from SFT `best`); "
              "with several RL seeds, their mean [95% CI] and the gain of the mean in points.")
     lines = [title, "", head,
-             "|" + "---|" * (len(names) + 6)]
+             "|" + "---|" * (len(names) + 8)]
 
     def cell(sft: dict, rl: dict) -> str:
         ci = f" [{rl['ci95'][0]:.2f}, {rl['ci95'][1]:.2f}]" if rl.get("ci95") else ""
@@ -168,8 +197,14 @@ def markdown(rows: list[dict], episodes: int) -> str:
                                                                             "frames_per_s")}
         fps = f"{mean['frames_per_s']:.0f}" if mean["frames_per_s"] else "n/a"
         lines.append(f"| {r['family']} | {r['algorithm']} | " + " | ".join(cell(r['sft'][n], r['rl'][n]) for n in names) +
-                     f" | {mean['env_steps']:,.0f} | {s['wall_s'] / 60:.1f} / {mean['wall_s'] / 60:.1f} min"
-                     f" | {s['peak_mib']:.0f} / {mean['peak_mib']:.0f} MiB | {fps} |")
+                     f" | {len(stages)} | {mean['env_steps']:,.0f} | {s['wall_s'] / 60:.1f} / {mean['wall_s'] / 60:.1f} min"
+                     f" | {s['peak_mib']:.0f} / {mean['peak_mib']:.0f} MiB | {fps} | {r['measured']['date'][:10]} |")
+    commands = {}
+    for r in rows:
+        commands.setdefault(r["measured"]["command"], []).append(f"{r['family']} {r['algorithm']}")
+    lines += ["", "Each row again (with `--reuse`, the stages that had finished in its run directory were kept; each row's "
+              "wall times, memory and frame rates are those of its own runs):", ""]
+    lines += [f"- {', '.join(names)}: `{command}`" for command, names in commands.items()]
     return "\n".join(lines)
 
 

@@ -2,6 +2,7 @@
 PNG under the results folder, and the index of the pages, which also names the benchmarks not run yet."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -112,3 +113,25 @@ def test_vla_bench_refuses_an_unknown_family_or_algorithm_before_any_stage(tmp_p
         assert out.returncode != 0
         assert out.stderr.strip().count("\n") == 0 and "there is no configs/" in out.stderr, out.stderr
         assert not (tmp_path / "runs").exists()
+
+
+def test_vla_page_keeps_the_rows_an_earlier_call_measured(monkeypatch, tmp_path):
+    """bench/vla.py grows its page a family at a time: a call replaces the rows it measured, keeps the others with
+    the command and date that measured them, and drops those measured with another number of eval episodes."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("bench_vla", ROOT / "bench/vla.py")
+    vla = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vla)
+    earlier = json.loads((ROOT / "docs/results/vla.json").read_text())
+    (tmp_path / "vla.json").write_text(json.dumps(earlier))
+    monkeypatch.setattr(vla, "RESULTS", tmp_path)
+    first = earlier["rows"][0]
+    new = {**first, "measured": {"command": "python bench/vla.py --families x", "date": "2027-01-01 00:00 UTC",
+                                 "episodes": vla.EPISODES}}
+    rows = vla.merged_with_earlier([new], vla.EPISODES)
+    assert len(rows) == len(earlier["rows"])
+    assert rows[0] is new
+    assert all(row["measured"]["command"] == earlier["meta"]["command"] for row in rows[1:])
+    page = vla.markdown(rows, vla.EPISODES)
+    assert "`python bench/vla.py --families x`" in page and f"`{earlier['meta']['command']}`" in page
+    assert vla.merged_with_earlier([new], vla.EPISODES + 1) == [new]
