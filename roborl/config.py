@@ -202,9 +202,9 @@ GRPO_LOSS_AGG = ("token_mean", "seq_mean_token_mean")
 class GRPOConfig:
     """Critic-free group-relative PPO (roborl/grpo.py); optimizer, epochs and minibatches come from `algo`."""
     group_size: int = param(8, ge=2)  # G: consecutive envs started from one initial state (env.num_envs must be a multiple)
-    # episode outcome: success (at any step) | success_at_end | return | return_to_go
+    # episode outcome: success (at any step) | success_at_end | return | return_to_go (each step's return from
+    # there on, against the group's at that step; roborl/algos/grpo.py)
     reward: str = param("success", choices=GRPO_REWARDS)
-    # (return_to_go: each step's return from there on, against the group's at that step; roborl/algos/grpo.py)
     std_normalize: bool = True  # A = (R − mean) / (std + eps) per group; false: Dr.GRPO's A = R − mean
     eps: float = param(1.0e-6, ge=0)  # added to the group's std before dividing
     clip_low: float = param(0.2, gt=0, lt=1)  # ratio clipped to [1 − clip_low, 1 + clip_high] (DAPO's clip-higher)

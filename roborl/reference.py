@@ -25,10 +25,12 @@ from roborl.config import Config
 from roborl.config_rules import allowed
 
 PAGES = Path(__file__).resolve().parents[1] / "docs" / "reference"
+TABLE = ["| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
 
 
-def field_comments(cls: type) -> dict[str, str]:
-    """Each field's comment: the comment lines right above it and the comment at the end of its line(s)."""
+def field_comments(cls: type) -> dict[str, tuple[str, str]]:
+    """Each field's (heading, meaning): the comment lines right above it and the comment at the end of its line(s)
+    are its meaning, unless it has both: then the lines above head the group of fields it starts."""
     source = textwrap.dedent(inspect.getsource(cls))
     comments: dict[int, str] = {}
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -44,7 +46,8 @@ def field_comments(cls: type) -> dict[str, str]:
                 above.insert(0, comments[line])
                 line -= 1
             trailing = [comments[n] for n in range(node.lineno, node.end_lineno + 1) if n in comments]
-            out[node.target.id] = " ".join(above + trailing)
+            out[node.target.id] = (" ".join(above), " ".join(trailing)) if above and trailing else \
+                ("", " ".join(above + trailing))
         previous_end = node.end_lineno
     return out
 
@@ -64,8 +67,9 @@ def show(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value or '""'
 
 
-def config_rows(cls: type, prefix: str, sections: list[tuple[str, type]]) -> list[tuple[str, str, str, str, str]]:
-    """(key, type, default, allowed, meaning) for every scalar field; nested sections are queued in `sections`."""
+def config_rows(cls: type, prefix: str, sections: list[tuple[str, type]]) -> list[tuple[str, ...]]:
+    """(heading, key, type, default, allowed, meaning) for every scalar field; nested sections are queued in
+    `sections`."""
     comments = field_comments(cls)
     rows = []
     for f in dataclasses.fields(cls):
@@ -75,7 +79,9 @@ def config_rows(cls: type, prefix: str, sections: list[tuple[str, type]]) -> lis
             continue
         rules = dict(f.metadata)
         limits = ", ".join(filter(None, [" · ".join(rules.pop("choices", ())), allowed(rules) if rules else ""]))
-        rows.append((f"{prefix}{f.name}", str(f.type), show(default), limits, comments.get(f.name, "")))
+        kind = f.type.__name__ if isinstance(f.type, type) else str(f.type)
+        heading, meaning = comments.get(f.name, ("", ""))
+        rows.append((heading, f"{prefix}{f.name}", kind, show(default), limits, meaning))
     return rows
 
 
@@ -96,8 +102,11 @@ def config_page() -> tuple[str, list[str]]:
         sections[:0] = nested
         doc = inspect.getdoc(cls) if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "(") else ""
         lines += [f"## `{name}`", ""] + ([doc.splitlines()[0], ""] if doc else [])
-        lines += ["| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
-        for key, kind, default, limits, meaning in rows:
+        started = False
+        for heading, key, kind, default, limits, meaning in rows:
+            if heading or not started:  # a group of keys with a heading starts a table of its own
+                lines += ([""] if started else []) + ([sentence(heading), ""] if heading else []) + TABLE
+                started = True
             missing += [key] if not meaning else []
             cells = [f"`{key}`", f"`{kind}`", f"`{default}`", limits, meaning]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
@@ -128,8 +137,9 @@ def cli_page() -> str:
             if action.choices:
                 label += " {" + ",".join(action.choices) + "}"
             optional = action.nargs in ("?", "*") or not action.required
-            default = "required" if not optional else "" if action.default in (None, False, [], argparse.SUPPRESS) \
-                else f"`{action.default}`"
+            shown = not (action.default is None or action.default is False or action.default == []
+                         or action.default == argparse.SUPPRESS)  # a default of 0 is shown (0 == False)
+            default = "required" if not optional else f"`{action.default}`" if shown else ""
             lines.append(f"| `{label}` | {default} | {(action.help or '').replace('|', '/')} |")
         lines.append("")
     return "\n".join(lines)

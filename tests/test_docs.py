@@ -56,6 +56,15 @@ def test_every_config_key_has_a_meaning_in_the_reference() -> None:
     page, missing = reference.config_page()
     assert not missing
     assert "| `algo.clip` | `float` | `0.2` | in (0, 1) |" in page
+    assert "<class" not in page  # a type written as a class is shown by its name
+    # comments above a key that also has its own head the group of keys it starts, in a table of their own
+    vla = page.split("## `policy.vla`")[1]
+    assert "Tiny backbone built from scratch.\n\n| key |" in vla
+    assert "| `policy.vla.image_size` | `int` | `64` |  | the vision encoder's input; env images are resized to it |" in vla
+
+
+def test_a_default_of_zero_is_shown_in_the_command_reference() -> None:
+    assert "| `--seed` | `0` | seed of the first episode's initial state |" in reference.cli_page()
 
 
 def test_nothing_refers_to_the_development_history() -> None:

@@ -30,7 +30,7 @@ class VLASpec:
     heads: int = 2  # its attention heads
     tokenizer: str = "char"  # char | word (tiny backbones only; a language_path brings its own)
     # prompt
-    prompt: str = "{instruction}"  # e.g. "In: What action should the robot take to {instruction}?\nOut:"
+    prompt: str = "{instruction}"  # its template, e.g. "In: What action should the robot take to {instruction}?\nOut:"
     max_text_tokens: int = 64  # instructions are padded / truncated to this many tokens
     # fine-tuning
     finetune: str = "full"  # frozen (heads / expert only) | lora (adapters on the LM attention) | full
@@ -40,7 +40,7 @@ class VLASpec:
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])  # adapted modules
     dtype: str = "float32"  # float32 | bfloat16 (backbone; heads and expert stay float32)
     # heads
-    value_hidden: list[int] = field(default_factory=lambda: [64])
+    value_hidden: list[int] = field(default_factory=lambda: [64])  # the value head's hidden sizes
     detach_value: bool = False  # the value loss does not train the backbone
     # token VLA
     bins: int = 256  # per action dimension, uniform over [-1, 1], the last `bins` ids of the vocabulary
