@@ -21,18 +21,23 @@ REACH = str(ROOT / "configs" / "ppo_reach.yaml")
 KILLS = 12
 
 
-def kill_at(proc: subprocess.Popen, seconds: float, checkpoints, during_write: bool) -> None:
+def kill_at(proc: subprocess.Popen, seconds: float, checkpoints, during_write: bool) -> bool:
     """SIGKILL `proc` after `seconds`, or (`during_write`) at the first moment a checkpoint is being written over
     an earlier one: the kill that could lose the whole run if saving were not atomic. How long a run takes to
-    reach its first checkpoint depends on the machine (imports, compiled kernels), so these kills wait for it."""
+    reach its first checkpoint depends on the machine (imports, compiled kernels), so these kills wait for it.
+    Whether the kill was sent while a checkpoint's temporary file was there."""
     deadline = time.time() + (120 if during_write else seconds)
+    writing = False
     while time.time() < deadline and proc.poll() is None:
-        if during_write and (checkpoints / "last.safetensors").exists() and any(checkpoints.glob(".*.tmp-*")):
+        writing = (checkpoints / "last.safetensors").exists() and any(checkpoints.glob(".*.tmp-*"))
+        if during_write and writing:
             break
         time.sleep(0.0005 if during_write else 0.01)
-    if proc.poll() is None:
+    killed = proc.poll() is None
+    if killed:
         os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    return killed and writing
 
 
 def test_killed_anywhere_the_run_carries_on(tmp_path):
@@ -49,9 +54,7 @@ def test_killed_anywhere_the_run_carries_on(tmp_path):
         args = ["train", f"resume={last}", "train.progress=false"] if last.exists() else command
         proc = subprocess.Popen([sys.executable, "-m", "roborl.cli", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE)
-        during_write = kill % 3 == 2
-        during_writes += during_write
-        kill_at(proc, rng.uniform(0.5, 6.0), run / "checkpoints", during_write)
+        during_writes += kill_at(proc, rng.uniform(0.5, 6.0), run / "checkpoints", during_write=kill % 3 == 2)
         assert proc.returncode in (-signal.SIGKILL, 0), proc.stderr.read().decode()[-2000:]
         if (run / "clock.json").exists():
             clocks.append(json.loads((run / "clock.json").read_text())["wall_time_s"])
@@ -62,7 +65,7 @@ def test_killed_anywhere_the_run_carries_on(tmp_path):
             for key in seen:
                 assert state[key] >= seen[key], (kill, key, state[key], seen[key])
                 seen[key] = state[key]
-    assert during_writes >= 3 and seen["iteration"] > 0, seen
+    assert during_writes >= 1 and seen["iteration"] > 0, (during_writes, seen)  # a kill in a write, at least
 
     refused = roborl_in_process(*command)  # the same command once a checkpoint exists: what to run instead
     assert refused.returncode == 2 and f"continue it with resume={last}" in refused.stderr, refused.stderr

@@ -8,8 +8,6 @@ import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-pytest.importorskip("lerobot")
-
 from vla_checks import check_ppo_starts_at_ratio_one, flow_noise_expected, flow_sde_expected  # noqa: E402
 
 from roborl.policies.lerobot import compat, smolvla_flow  # noqa: E402

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-pytest.importorskip("lerobot")
 
 from roborl import cli  # noqa: E402
 from roborl.algos.bc import BC  # noqa: E402

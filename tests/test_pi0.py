@@ -8,9 +8,7 @@ import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-pytest.importorskip("transformers")
-pytest.importorskip("peft")
-
+import peft  # noqa: E402, F401  scripts/setup.sh installs it: fail, not skip, without it
 from transformers import PI0ForConditionalGeneration  # noqa: E402
 from vla_checks import check_ppo_starts_at_ratio_one, flow_noise_expected, flow_sde_expected  # noqa: E402
 

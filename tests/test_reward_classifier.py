@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 from helpers import roborl_in_process
 
 from roborl.errors import UserError
@@ -69,6 +70,8 @@ def test_a_classifier_of_two_cameras_asks_for_each_view_at_its_size(tmp_path):
     from roborl.robot.actor import make_success_fn
 
     model = RewardClassifier(48, 128)
+    torch.nn.init.zeros_(model.head.weight)
+    torch.nn.init.constant_(model.head.bias, 3.0)  # claims success on every frame
     meta = {"size": [48, 128], "hidden": 128, "camera": "front+workspace"}
     write_safetensors(tmp_path / FILE, model.state_dict(), {"reward_classifier": json.dumps(meta)})
     success, view = make_success_fn(str(tmp_path))
@@ -78,4 +81,4 @@ def test_a_classifier_of_two_cameras_asks_for_each_view_at_its_size(tmp_path):
         frame = env.reset(seed=0)["rgb"][0].numpy()
     finally:
         env.close()
-    assert frame.shape == (48, 128, 3) and success({"rgb": frame}) in (True, False)
+    assert frame.shape == (48, 128, 3) and success({"rgb": frame}) is True

@@ -130,13 +130,13 @@ def test_chunks_run_open_loop_or_ensembled_with_the_observation_history(twin):
 
     def policy(obs):
         seen.append(obs["state"])
-        return np.zeros((4, 4), np.float32)
+        return np.tile(np.array([1, 0, 0, 0], np.float32), (4, 1))  # the arm moves every period
 
     ControlLoop(robot, policy, metadata).run(12)
     assert len(seen) == 3  # one query per chunk of 4
     first, frame = seen[0], len(seen[0]) // 2
     np.testing.assert_array_equal(first[:frame], first[frame:])  # history padded with the first state
-    assert not np.array_equal(seen[1][:frame], seen[1][frame:]) or np.allclose(seen[1], seen[0])
+    assert not np.allclose(seen[1][:frame], seen[1][frame:])  # then the period before and this one
     seen.clear()
     robot.reset(seed=4)
     ControlLoop(robot, policy, metadata, ensemble_weight=0.01).run(12)
@@ -193,9 +193,9 @@ def test_roborl_twin_runs_served_episodes_and_rejects_bad_perturbations(artifact
         proc = roborl("twin", uri, "--episodes", "2", "--perturb", "object_mass=1.5", "latency_ms=20")
         assert proc.returncode == 0, proc.stderr
         result = json.loads(proc.stdout.strip().splitlines()[-1])
-        assert result["episodes"] == 2 and result["success"] in (0.0, 0.5, 1.0)
+        assert result["episodes"] == 2 and result["stopped_episodes"] == []
         assert result["loop"]["steps"] == 2 * 60 and result["loop"]["reason"] == "done"
-        assert result["round_trip_ms"]["p50"] < 25  # a localhost round trip, well under half a period
+        assert 0 < result["round_trip_ms"]["p50"] <= result["round_trip_ms"]["p99"]  # measured (bench/deploy.py times it)
         proc = roborl("twin", uri, "--perturb", "latency_ms=80")
         assert proc.returncode == 2 and "below the control period" in proc.stderr
     finally:

@@ -10,9 +10,8 @@ import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-pytest.importorskip("transformers")
-pytest.importorskip("peft")
-
+import peft  # noqa: E402, F401  scripts/setup.sh installs it: fail, not skip, without it
+import transformers  # noqa: E402, F401  scripts/setup.sh installs it: fail, not skip, without it
 from vla_checks import check_ppo_starts_at_ratio_one  # noqa: E402
 
 from roborl.algos.ppo import PPO  # noqa: E402

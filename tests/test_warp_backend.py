@@ -10,7 +10,6 @@ Tolerances, measured on warp's CPU device (Push, seeds 0-3, 4 envs, 30 control s
 The first use of a model compiles warp's kernels: 50-100 s on a busy 2-core CPU, cached in ~/.cache/warp
 (later loads take ~1 s).
 """
-import importlib.util
 import sys
 
 import pytest
@@ -23,8 +22,6 @@ from roborl.errors import UserError
 from roborl.sim.randomization import Randomization
 from roborl.tasks.arm import ARM_OBS
 
-needs_warp = pytest.mark.skipif(importlib.util.find_spec("mujoco_warp") is None,
-                                reason="backend warp needs MuJoCo Warp: pip install mujoco-warp")
 N = 4
 FREE_POS, FREE_VEL = 1e-4, 1e-3
 ARM_JOINTS, CUBE_POS = 2e-2, 1e-2
@@ -68,7 +65,6 @@ def push() -> tuple[dict, dict]:
     return both("mujoco/Push", seed=1, steps=30)
 
 
-@needs_warp
 def test_push_free_motion_matches_to_float32_precision(push):
     cpu, warp = push
     free = int((cpu["gap"] < 0.06).any(-1).float().argmax())  # first step with a finger near a cube
@@ -78,7 +74,6 @@ def test_push_free_motion_matches_to_float32_precision(push):
     assert max_err(cpu["obs"][:free], warp["obs"][:free]) < FREE_POS
 
 
-@needs_warp
 def test_push_moves_the_cube_alike_on_both_backends(push):
     cpu, warp = push
     assert max_err(cpu["qpos"][..., :9], warp["qpos"][..., :9]) < ARM_JOINTS
@@ -92,7 +87,6 @@ def test_push_moves_the_cube_alike_on_both_backends(push):
     assert not torch.equal(cpu["qpos"], warp["qpos"])  # warp stepped: float32 never reproduces float64 exactly
 
 
-@needs_warp
 def test_reach_matches_to_float32_precision():
     cpu, warp = both("mujoco/Reach", seed=0, steps=10)
     assert (cpu["qpos"][-1, :, :7] - cpu["qpos"][0, :, :7]).abs().max() > 0.1
@@ -101,7 +95,6 @@ def test_reach_matches_to_float32_precision():
     assert max_err(cpu["obs"], warp["obs"]) < FREE_POS
 
 
-@needs_warp
 def test_latency_and_obs_noise_randomization_work_on_warp():
     spec = {"latency_ms": [0, 30], "obs_noise": 0.01, "action_delay": [0, 1]}
     envs = [sim.make("mujoco/Reach", 2, seed=0, backend=backend, randomization=Randomization(**spec))
@@ -115,7 +108,6 @@ def test_latency_and_obs_noise_randomization_work_on_warp():
     assert max_err(states[0][0], states[0][-1]) > 0.01
 
 
-@needs_warp
 def test_diverged_world_ends_its_episode_on_warp():
     env = sim.make("mujoco/Push", 3, seed=0, backend="warp")
     env.reset()
@@ -130,7 +122,6 @@ def test_diverged_world_ends_its_episode_on_warp():
     env.close()
 
 
-@needs_warp
 def test_env_backend_in_the_config_reaches_the_env():
     env = make_env(EnvConfig(id="mujoco/Reach", backend="warp"), 1, 0, torch.device("cpu"))
     assert env.unwrapped.backend == "warp"
