@@ -13,6 +13,9 @@ every non-terminal machine state.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -25,6 +28,7 @@ from roborl.sim.vec_env import Obs, VecEnv
 from roborl.sim.wrapper import VecEnvWrapper
 
 REWARD_MODES = ("replace", "add")
+T = TypeVar("T")
 
 
 def state_space_plus(env: VecEnv, extra: int) -> gym.spaces.Dict:
@@ -32,6 +36,17 @@ def state_space_plus(env: VecEnv, extra: int) -> gym.spaces.Dict:
     spaces = dict(env.observation_space.spaces)
     spaces["state"] = gym.spaces.Box(-np.inf, np.inf, (spaces["state"].shape[0] + extra,), np.float32)
     return gym.spaces.Dict(spaces)
+
+
+def compile_for(env: VecEnv, compile: Callable[..., T], machine, reward_mode: str) -> T:
+    """A machine compiled against the env's labels and reward terms on its device, for a wrapper adding its
+    rewards by `reward_mode`; either one wrong is a SimError that says what is wrong."""
+    if reward_mode not in REWARD_MODES:
+        raise SimError(f"rm.reward '{reward_mode}' is unknown; available: {', '.join(REWARD_MODES)}")
+    try:
+        return compile(machine, env.label_names, env.reward_term_names, env.device)
+    except ValueError as exc:
+        raise SimError(str(exc)) from exc
 
 
 def add_termination_hook(env: VecEnv, hook, where: str) -> None:
@@ -46,13 +61,8 @@ def add_termination_hook(env: VecEnv, hook, where: str) -> None:
 class RewardMachineEnv(VecEnvWrapper):
     def __init__(self, env: VecEnv, rm: RewardMachine, reward_mode: str = "replace",
                  shaping_gamma: float | None = None, term_bound: float = 0.0) -> None:
-        if reward_mode not in REWARD_MODES:
-            raise SimError(f"rm.reward '{reward_mode}' is unknown; available: {', '.join(REWARD_MODES)}")
+        self.machine = compile_for(env, CompiledRM, rm, reward_mode)
         super().__init__(env)
-        try:
-            self.machine = CompiledRM(rm, env.label_names, env.reward_term_names, env.device)
-        except ValueError as exc:
-            raise SimError(str(exc)) from exc
         self.reward_mode = reward_mode
         self.shaping_gamma = shaping_gamma
         U = self.machine.num_states

@@ -22,7 +22,7 @@ import torch
 
 from roborl.policies.call_chooser import CallChooser
 from roborl.rm.call_learning import CallLearner
-from roborl.rm.env import REWARD_MODES, add_termination_hook, state_space_plus
+from roborl.rm.env import add_termination_hook, compile_for, state_space_plus
 from roborl.rm.hierarchy import CompiledHierarchy, Hierarchy
 from roborl.sim.batch import concat
 from roborl.sim.errors import SimError
@@ -106,13 +106,8 @@ class Calls:
 
 class HierarchyEnv(VecEnvWrapper):
     def __init__(self, env: VecEnv, h: Hierarchy, reward_mode: str = "replace") -> None:
-        if reward_mode not in REWARD_MODES:
-            raise SimError(f"rm.reward '{reward_mode}' is unknown; available: {', '.join(REWARD_MODES)}")
+        self.machine = compile_for(env, CompiledHierarchy, h, reward_mode)
         super().__init__(env)
-        try:
-            self.machine = CompiledHierarchy(h, env.label_names, env.reward_term_names, env.device)
-        except ValueError as exc:
-            raise SimError(str(exc)) from exc
         self.reward_mode = reward_mode
         self.options = Options(self.machine)
         self.calls = Calls(self.options)
