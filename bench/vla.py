@@ -199,12 +199,12 @@ def markdown(rows: list[dict], episodes: int) -> str:
         lines.append(f"| {r['family']} | {r['algorithm']} | " + " | ".join(cell(r['sft'][n], r['rl'][n]) for n in names) +
                      f" | {len(stages)} | {mean['env_steps']:,.0f} | {s['wall_s'] / 60:.1f} / {mean['wall_s'] / 60:.1f} min"
                      f" | {s['peak_mib']:.0f} / {mean['peak_mib']:.0f} MiB | {fps} | {r['measured']['date'][:10]} |")
-    commands = {}
+    measured_by = {}
     for r in rows:
-        commands.setdefault(r["measured"]["command"], []).append(f"{r['family']} {r['algorithm']}")
+        measured_by.setdefault(r["measured"]["command"], []).append(f"{r['family']} {r['algorithm']}")
     lines += ["", "Each row again (with `--reuse`, the stages that had finished in its run directory were kept; each row's "
               "wall times, memory and frame rates are those of its own runs):", ""]
-    lines += [f"- {', '.join(names)}: `{command}`" for command, names in commands.items()]
+    lines += [f"- {', '.join(labels)}: `{command}`" for command, labels in measured_by.items()]
     return "\n".join(lines)
 
 
