@@ -3,12 +3,18 @@
 LeRobot's `denoise_step`; PPO starts at ratio 1; a fine-tuned SmolVLA, ACT and Diffusion Policy save back
 into directories that LeRobot alone loads with identical actions; an ACT directory is a residual's base."""
 import os
+from functools import partial
 
 import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-from vla_checks import check_ppo_starts_at_ratio_one, flow_noise_expected, flow_sde_expected  # noqa: E402
+from vla_checks import (  # noqa: E402
+    check_ppo_starts_at_ratio_one,
+    flow_noise_expected,
+    flow_sde_expected,
+    language_obs,
+)
 
 from roborl.policies.lerobot import compat, smolvla_flow  # noqa: E402
 
@@ -27,20 +33,13 @@ from roborl.policies.lerobot.small import small_config  # noqa: E402
 STATE, A, H, EXECUTE, STEPS = 18, 4, 4, 2, 4  # LangTabletop's state and action dims
 SIZES = dict(hidden=32, layers=2, heads=2, image_size=32, value_hidden=[16], noise_hidden=[16])
 TABLETOP = {"id": "mujoco/LangTabletopFixed-ReachPushLift", "obs_mode": "rgb", "render_size": [32, 32]}
-INSTRUCTIONS = ["push the red cube left", "lift the blue cube", "reach the green ball"]
+obs_batch = partial(language_obs, state=STATE, size=32)
 
 
 def smolvla(rl_mode="flow_noise", **kw) -> LeRobotPolicy:
     torch.manual_seed(0)
     return LeRobotPolicy(LeRobotSpec(**{**SIZES, **kw}), STATE, A, H, EXECUTE, image_shape=(32, 32), steps=STEPS,
                          rl_mode=rl_mode, noise_min=0.05, noise_max=0.2, noise_level=0.7)
-
-
-def obs_batch(n=4, seed=0, state=STATE) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    return {"rgb": torch.randint(0, 256, (n, 32, 32, 3), dtype=torch.uint8, generator=g),
-            "state": torch.randn(n, state, generator=g),
-            "instruction": [INSTRUCTIONS[i % len(INSTRUCTIONS)] for i in range(n)]}
 
 
 def lerobot_inputs(obs: dict, images: bool = True) -> dict:

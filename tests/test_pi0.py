@@ -3,6 +3,7 @@
 formulas computed here from pi0's own forward; PPO starts at ratio 1; LoRA leaves the base weights untouched;
 and a fine-tuned policy saves back into a directory that transformers alone loads with identical actions."""
 import os
+from functools import partial
 
 import pytest
 import torch
@@ -10,7 +11,12 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import peft  # noqa: E402, F401  scripts/setup.sh installs it: fail, not skip, without it
 from transformers import PI0ForConditionalGeneration  # noqa: E402
-from vla_checks import check_ppo_starts_at_ratio_one, flow_noise_expected, flow_sde_expected  # noqa: E402
+from vla_checks import (  # noqa: E402
+    check_ppo_starts_at_ratio_one,
+    flow_noise_expected,
+    flow_sde_expected,
+    language_obs,
+)
 
 from roborl.builder import make_env, make_policy  # noqa: E402
 from roborl.config import config_from_dict  # noqa: E402
@@ -22,20 +28,13 @@ from roborl.policies.vla.tokenizer import word_tokenizer  # noqa: E402
 STATE, A, H, STEPS = 6, 3, 4, 4
 SPEC = dict(image_size=32, patch_size=16, vision_hidden=32, vlm_hidden=32, expert_hidden=32, value_hidden=[16],
             noise_hidden=[16])
-INSTRUCTIONS = ["push the red cube left", "lift the blue cube", "reach the green ball"]
+obs_batch = partial(language_obs, state=STATE, size=48)
 
 
 def pi0(rl_mode="flow_noise", execute=2, **kw) -> Pi0Policy:
     torch.manual_seed(0)
     return Pi0Policy(Pi0Spec(**{**SPEC, **kw}), STATE, A, H, execute, steps=STEPS, rl_mode=rl_mode, noise_min=0.05,
                      noise_max=0.2, noise_level=0.7)
-
-
-def obs_batch(n=4, seed=0) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    return {"rgb": torch.randint(0, 256, (n, 48, 48, 3), dtype=torch.uint8, generator=g),
-            "state": torch.randn(n, STATE, generator=g),
-            "instruction": [INSTRUCTIONS[i % len(INSTRUCTIONS)] for i in range(n)]}
 
 
 def transformers_inputs(policy: Pi0Policy, obs: dict) -> dict:

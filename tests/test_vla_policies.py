@@ -3,6 +3,7 @@ the flow VLA's log-probs against the Gaussian chain formula, save -> from_pretra
 fine-tuning modes (LoRA, frozen, detached value), the offline tokenizer, builder errors and BC overfitting."""
 import math
 import os
+from functools import partial
 
 import gymnasium as gym
 import numpy as np
@@ -12,7 +13,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import peft  # noqa: E402, F401  scripts/setup.sh installs it: fail, not skip, without it
 import transformers  # noqa: E402, F401  scripts/setup.sh installs it: fail, not skip, without it
-from vla_checks import check_ppo_starts_at_ratio_one  # noqa: E402
+from vla_checks import check_ppo_starts_at_ratio_one, language_obs  # noqa: E402
 
 from roborl.algos.ppo import PPO  # noqa: E402
 from roborl.config import PPOConfig, config_from_dict  # noqa: E402
@@ -26,6 +27,7 @@ from roborl.policies.vla.tokenizer import char_tokenizer, load_tokenizer, word_t
 
 STATE, A = 5, 3
 INSTRUCTIONS = ["pick up the red cube", "push the block", "open the drawer", "stack it!"]
+obs_batch = partial(language_obs, state=STATE, size=64, instructions=INSTRUCTIONS)
 
 
 def spec(**kw) -> VLASpec:
@@ -44,13 +46,6 @@ def flow_vla(rl_mode="flow_noise", horizon=2, execute=1, **kw) -> FlowVLAPolicy:
     torch.manual_seed(0)
     return FlowVLAPolicy(spec(**kw), STATE, A, horizon, execute, steps=4, rl_mode=rl_mode, noise_min=0.05,
                          noise_max=0.2, noise_level=0.7)
-
-
-def obs_batch(n=4, seed=0) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    return {"rgb": torch.randint(0, 256, (n, 64, 64, 3), dtype=torch.uint8, generator=g),
-            "state": torch.randn(n, STATE, generator=g),
-            "instruction": [INSTRUCTIONS[i % len(INSTRUCTIONS)] for i in range(n)]}
 
 
 def normal_log_density(x, mean, std):

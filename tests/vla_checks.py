@@ -8,6 +8,18 @@ from roborl.buffer import RolloutBuffer
 from roborl.config import PPOConfig
 from roborl.policies import Act
 
+TABLETOP_INSTRUCTIONS = ["push the red cube left", "lift the blue cube", "reach the green ball"]
+
+
+def language_obs(n: int = 4, seed: int = 0, *, state: int, size: int,
+                 instructions: list[str] = TABLETOP_INSTRUCTIONS) -> dict:
+    """A seeded batch of n observations as the language tabletop envs give them: size×size RGB, state, and the
+    instructions in turn."""
+    g = torch.Generator().manual_seed(seed)
+    return {"rgb": torch.randint(0, 256, (n, size, size, 3), dtype=torch.uint8, generator=g),
+            "state": torch.randn(n, state, generator=g),
+            "instruction": [instructions[i % len(instructions)] for i in range(n)]}
+
 
 def check_ppo_starts_at_ratio_one(policy, obs_batch, atol: float = 1e-4) -> dict:
     """Two rollout steps of 4 envs into a RolloutBuffer: re-scoring the stored actions under unchanged weights
