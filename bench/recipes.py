@@ -4,8 +4,9 @@
 Prints and writes one row per recipe: its final deterministic eval success (the last eval of each run) as IQM and
 mean with 95% bootstrap CIs over the seeds (roborl/stats.py), how many seeds reached the recipe's success threshold
 within its time budget, the median env steps and minutes to it, and every seed's own final success. A recipe that
-starts from a BC or SFT checkpoint (`policy.init` / `residual.base: runs/<stage>/checkpoints/...`) gets it first,
-as bench/flow_rl.py and bench/vla.py do: scripted demos, then `roborl bc configs/<stage>.yaml`, trained once with
+starts from a BC or SFT checkpoint (`policy.init` / `residual.base: runs/<stage>/checkpoints/...`, or
+`runs/<stage>/pretrained`: that checkpoint exported as a LeRobot directory) gets it first, as bench/flow_rl.py and
+bench/vla.py do: scripted demos, then `roborl bc configs/<stage>.yaml` (and `roborl export`), trained once with
 seed 0 and shared by all seeds. A recipe whose simulator or device is missing here is listed as not run. Writes
 `docs/results/recipes.{md,json,png}` (the png: mean final success per recipe).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +32,7 @@ from typing import NamedTuple
 
 import torch
 from study import (
+    PRETRAINED,
     RESULTS,
     first_reaching,
     median_to,
@@ -84,6 +87,7 @@ RECIPES: dict[str, Recipe] = {
     #                                                 stop_at_success 0.96
     "residual_sac_pickplace": Recipe(5, 0.95, 30),  # as residual PPO; stop_at_success 0.99
     "residual_ppo_push_bcflow": Recipe(5, 0.90, 30),  # the other Push recipes' bar (no page states one for it)
+    "residual_act_pickplace": Recipe(5, 0.95, 30),  # residual_ppo_pickplace's bar; its stop_at_success 0.96
     "ppo_pi0_tabletop": Recipe(3, 0.45, 20),  # docs/results/vla.md: RL average 0.47 [0.45, 0.48]; threshold: the
     #                                           CI's lower end rounded down to 0.05
     "grpo_pi0_tabletop": Recipe(3, 0.45, 20),  # vla.md: 0.46 [0.45, 0.47]
@@ -113,8 +117,7 @@ BASELINES = {"ppo_sequence_sparse": "rm_sequence", "ppo_tour_sparse": "hrm_tour_
 # Not in the table: the configs of NOT_CARDS, and bc_* and sft_* (prerequisites, trained here).
 NOT_CARDS = {"ppo_gym_pusher": "Gymnasium's Pusher-v5 reports no success",
              "hil_sac_push": "real-world RL in real time on the twin, measured by bench/real_world_rl.py",
-             "hil_sac_franka_reach": "real-world RL on a Franka or franky-sim, in real time",
-             "residual_act_pickplace": "its base is a LeRobot ACT directory exported from bc_act_pickplace"}
+             "hil_sac_franka_reach": "real-world RL on a Franka or franky-sim, in real time"}
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_EPISODES = 200  # scripted demos of a state-based BC prerequisite, as bench/flow_rl.py records them
 
@@ -154,8 +157,17 @@ def start_from(cfg: Config, runs: Path, reuse: bool, common: list[str], trained:
     starts = []
     for key, value in (("policy.init", cfg.policy.init), ("residual.base", cfg.residual.base)):
         if stage := pretraining_stage(value):
-            starts.append(f"{key}={prerequisite(stage, runs, reuse, common, trained)}")
+            best = prerequisite(stage, runs, reuse, common, trained)
+            starts.append(f"{key}={exported(best, runs / stage / PRETRAINED) if Path(value).name == PRETRAINED else best}")
     return starts
+
+
+def exported(checkpoint: Path, out: Path) -> Path:
+    """The checkpoint in its library's own format (`roborl export --format pretrained`: a LeRobot directory for an
+    ACT base), written anew from it."""
+    shutil.rmtree(out, ignore_errors=True)
+    run_stage(["export", str(checkpoint), "--format", "pretrained", "--out", str(out)], out.with_suffix(".log"))
+    return out
 
 
 def prerequisite(stage: str, runs: Path, reuse: bool, common: list[str], trained: dict[str, dict]) -> Path:

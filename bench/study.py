@@ -235,8 +235,13 @@ def record_vla_demos(runs: Path, images: bool, lerobot: bool = False) -> Path:
     return demos
 
 
+PRETRAINED = "pretrained"  # runs/<stage>/pretrained: the stage's best checkpoint in its library's own format
+
+
 def pretraining_stage(init: str | None) -> str | None:
     """The stage whose weights a config starts from (its `policy.init` or `residual.base:
-    runs/<stage>/checkpoints/...`), e.g. the SFT a family's few-shot SFT or its RL starts from; None if none."""
+    runs/<stage>/checkpoints/...`, or `runs/<stage>/pretrained`: that checkpoint exported by `roborl export
+    --format pretrained`), e.g. the SFT a family's few-shot SFT or its RL starts from; None if none."""
     parts = Path(init).parts if init else ()
-    return parts[1] if len(parts) > 3 and parts[0] == "runs" and parts[2] == "checkpoints" else None
+    named = len(parts) > 3 and parts[2] == "checkpoints" or parts[2:] == (PRETRAINED,)
+    return parts[1] if parts[:1] == ("runs",) and named else None

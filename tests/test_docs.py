@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from roborl import reference
+from roborl.config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 HISTORY = re.compile(r"\bstops? \d+|\bsessions? \d+|\bruns/s\d+\b", re.IGNORECASE)
@@ -125,3 +126,21 @@ def test_every_shipped_config_is_a_recipe_card_or_says_why_not() -> None:
     configs = {p.stem for p in (ROOT / "configs").glob("*.yaml") if not p.stem.startswith(("bc_", "sft_"))}
     assert configs - set(recipes.RECIPES) - set(recipes.NOT_CARDS) == set()
     assert set(recipes.RECIPES) | set(recipes.NOT_CARDS) <= configs
+
+
+def test_every_card_starts_from_a_stage_the_bench_can_train() -> None:
+    """A card whose `policy.init` or `residual.base` is a path under runs/ names the BC / SFT config that
+    bench/recipes.py trains (and exports, for `runs/<stage>/pretrained`) before its seeds."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import recipes
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    starts = {}
+    for name in recipes.RECIPES:
+        cfg = load_config(ROOT / "configs" / f"{name}.yaml", [])
+        for value in (cfg.policy.init, cfg.residual.base):
+            if value and value.startswith("runs/"):
+                starts[value] = recipes.pretraining_stage(value)
+    assert starts["runs/bc_act_pickplace/pretrained"] == "bc_act_pickplace"
+    assert not [value for value, stage in starts.items() if not (stage and (ROOT / f"configs/{stage}.yaml").is_file())]
