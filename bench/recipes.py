@@ -290,7 +290,9 @@ def markdown(rows: list[dict], args: argparse.Namespace, trained: dict[str, dict
     starts |= {name: best for row in rows for name, best in row.get("prerequisites", {}).items()}  # earlier rows'
     if starts:
         lines += ["", "Prerequisites, each trained once (`roborl bc`, seed 0 of its own config, on scripted demos) "
-                  "and shared by all seeds of the recipes that start from it (`policy.init` or `residual.base`): " +
+                  "and shared by all seeds of the recipes that start from it (`policy.init` or `residual.base`; "
+                  "a base at `runs/<stage>/pretrained` is the stage's best checkpoint written by `roborl export "
+                  "--format pretrained`): " +
                   ", ".join(f"`{name}` (best eval {best:.2f})" for name, best in starts.items()) + "."]
     extra = ([f"--seeds={args.seeds}"] if args.seeds else []) + ([f"--max-minutes={args.max_minutes:g}"]
                                                                  if args.max_minutes else [])
