@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -198,6 +199,10 @@ def make_residual_env(cfg: Config, num_envs: int, seed: int, device: torch.devic
         env = make_env(cfg.env, num_envs, seed, device)
         base = import_factory(r.base, "residual.base")(env)
         return BaseActionEnv(env, base, getattr(base, "execute", 1))
+    if not Path(r.base).exists():
+        raise UserError(f"residual.base '{r.base}' does not exist: train the base first (a checkpoint such as "
+                        "RUN/checkpoints/best.safetensors, or a LeRobot policy directory written by `roborl export "
+                        "CKPT --format pretrained --out DIR`), or use expert or module:factory")
     if lerobot_policy_dir(r.base):
         env = make_env(cfg.env, num_envs, seed, device)
         base = load_lerobot_base(r.base, env, device)
@@ -448,6 +453,9 @@ def load_pretrained(policy: nn.Module, path: str, modules: list[str] | tuple[str
     and leaves the rest as built, as pi0 starts a new action expert on a pretrained backbone."""
     from roborl.checkpoint import Checkpoint, state_dict_mismatch
 
+    if not Path(path).exists():
+        raise UserError(f"policy.init '{path}' does not exist: train it first (the config's header names the "
+                        "`roborl bc` or `roborl train` run that writes it), or point policy.init at a checkpoint")
     ckpt = Checkpoint(path)
     state = {k: v for k, v in ckpt.policy_state.items() if not k.startswith("reference.")}
     prefixes = tuple(f"{m}." for m in modules)

@@ -238,6 +238,8 @@ def test_residual_config_errors(tmp_path):
            ({"policy": {"kind": "residual"}, "residual": {"base": "expert", "inputs": "rgb"}}, "residual.inputs"),
            ({"policy": {"kind": "residual"}, "residual": {"base": "expert", "base_bias": [1.0]}}, "4 values"),
            ({"policy": {"kind": "residual"}, "residual": {"base": "no_such_module:f"}}, "cannot import"),
+           ({"policy": {"kind": "residual"}, "residual": {"base": str(tmp_path / "act")}},
+            "does not exist: train the base first"),
            ({"env": {"controller": "joint_pos"}, "policy": {"kind": "residual"}, "residual": {"base": "expert"}},
             "ee_delta_pos"),
            ({"env": {"id": "mujoco/PickPlace"}, "policy": {"kind": "residual"},
