@@ -157,8 +157,10 @@ def start_from(cfg: Config, runs: Path, reuse: bool, common: list[str], trained:
     starts = []
     for key, value in (("policy.init", cfg.policy.init), ("residual.base", cfg.residual.base)):
         if stage := pretraining_stage(value):
-            best = prerequisite(stage, runs, reuse, common, trained)
-            starts.append(f"{key}={exported(best, runs / stage / PRETRAINED) if Path(value).name == PRETRAINED else best}")
+            start = prerequisite(stage, runs, reuse, common, trained)
+            if Path(value).name == PRETRAINED:
+                start = exported(start, runs / stage / PRETRAINED)
+            starts.append(f"{key}={start}")
     return starts
 
 

@@ -115,14 +115,20 @@ def test_the_readme_is_short_and_its_links_resolve() -> None:
     assert targets and not missing, missing
 
 
-def test_every_shipped_config_is_a_recipe_card_or_says_why_not() -> None:
-    """bench/recipes.py trains every shipped recipe over seeds: a new config is a card, a prerequisite (bc_*,
-    sft_*) or named with the reason it is not."""
+def recipes_bench():
+    """bench/recipes.py as a module (bench/ on the path only while it imports)."""
     sys.path.insert(0, str(ROOT / "bench"))
     try:
         import recipes
     finally:
         sys.path.remove(str(ROOT / "bench"))
+    return recipes
+
+
+def test_every_shipped_config_is_a_recipe_card_or_says_why_not() -> None:
+    """bench/recipes.py trains every shipped recipe over seeds: a new config is a card, a prerequisite (bc_*,
+    sft_*) or named with the reason it is not."""
+    recipes = recipes_bench()
     configs = {p.stem for p in (ROOT / "configs").glob("*.yaml") if not p.stem.startswith(("bc_", "sft_"))}
     assert configs - set(recipes.RECIPES) - set(recipes.NOT_CARDS) == set()
     assert set(recipes.RECIPES) | set(recipes.NOT_CARDS) <= configs
@@ -131,11 +137,7 @@ def test_every_shipped_config_is_a_recipe_card_or_says_why_not() -> None:
 def test_every_card_starts_from_a_stage_the_bench_can_train() -> None:
     """A card whose `policy.init` or `residual.base` is a path under runs/ names the BC / SFT config that
     bench/recipes.py trains (and exports, for `runs/<stage>/pretrained`) before its seeds."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import recipes
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+    recipes = recipes_bench()
     starts = {}
     for name in recipes.RECIPES:
         cfg = load_config(ROOT / "configs" / f"{name}.yaml", [])
