@@ -1,10 +1,12 @@
-"""Where a VLA rollout step's time goes, and what the two shortcuts save, all measured in one run:
+"""Where a VLA rollout step's time goes, and what the three shortcuts save, all measured in one run:
 
 1. the chunked rgb env's step (64 envs, 2 control steps per decision) with the inner step `unobserved`
    (frames rendered once per decision, as `ActionChunkEnv` does) against rendering every control step;
-2. the token VLA's action decoding on its key/value cache (`ActionTokenDecoder.generate`) against
+2. rendering the 64 frames in tiles of one framebuffer read back once (`sim/render.py`) against a framebuffer
+   of one tile, each frame drawn and read back alone;
+3. the token VLA's action decoding on its key/value cache (`ActionTokenDecoder.generate`) against
    re-running the decoder over all tokens so far for each new one;
-3. a whole decision (env step + `act`) of the flow VLA and the token VLA of the few-shot configs.
+4. a whole decision (env step + `act`) of the flow VLA and the token VLA of the few-shot configs.
 
 The policies are built from the configs with fresh weights: the times do not depend on them.
 Writes `docs/results/vla_rollout.{md,json,png}`.
@@ -21,6 +23,7 @@ from study import write_results
 
 from roborl.builder import build
 from roborl.config import load_config
+from roborl.sim.render import BatchRenderer
 
 CONFIGS = {"flow_vla": "configs/ppo_flow_vla_fewshot.yaml", "token_vla": "configs/ppo_token_vla_fewshot.yaml"}
 
@@ -52,6 +55,11 @@ def measure(family: str, path: str, envs: int, repeats: int) -> list[tuple[str, 
 
     if family == "flow_vla":
         rows.append(("chunked env step", ms(lambda: env.step(chunk), repeats), ms(every_step_rendered, repeats)))
+        world = env.env
+        one_tile = BatchRenderer(world.model, *world.render_size, world.camera)  # envs=1: one tile, one frame a read
+        rows.append(("rendering the frames", ms(world.render, repeats),
+                     ms(lambda: one_tile.render(world.state, world._markers()), repeats)))
+        one_tile.close()
     else:
         with torch.no_grad():
             hidden, mask = policy.backbone.hidden_states(obs["now"], policy.text_ids(obs["now"]))

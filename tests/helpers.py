@@ -35,3 +35,10 @@ def roborl_in_process(*args: str) -> subprocess.CompletedProcess:
     finally:
         torch.set_num_threads(threads)  # a run sets train.threads for its process
     return subprocess.CompletedProcess(args, code or 0, out.getvalue(), err.getvalue())
+
+
+def same_picture(a, b, at_most: float = 0.01) -> bool:
+    """Two uint8 frames (H×W×3, or a batch of them) show the same picture: at most `at_most` of their pixels
+    differ. A frame drawn in another tile of the renderer's framebuffer can differ in a few edge pixels (the
+    rasterizer rounds the shifted viewport differently); another picture differs in far more."""
+    return float((a != b).any(-1).float().mean()) <= at_most

@@ -100,7 +100,7 @@ def test_no_offscreen_gl_is_one_line_with_the_fix(tmp_path, monkeypatch):
     def no_gl(*args, **kwargs):
         raise RuntimeError("gladLoadGL error")
 
-    monkeypatch.setattr("mujoco.Renderer", no_gl)
+    monkeypatch.setattr("mujoco.gl_context.GLContext", no_gl)
     proc = roborl_in_process("demos", "Push", "--episodes", "1", "--envs", "1", "--rgb", "--quiet",
                              "--out", str(tmp_path / "demos"))
     assert_one_line_error(proc, "MuJoCo could not open an offscreen GL context (gladLoadGL error)",

@@ -271,11 +271,11 @@ class MujocoVecEnv(VecEnv):
 
         if self._renderer is None:
             h, w = self.render_size
-            self._renderer = BatchRenderer(self.model, h, w, self.camera)
+            self._renderer = BatchRenderer(self.model, h, w, self.camera, envs=self.num_envs)
         ids = list(range(self.num_envs)) if env_ids is None else list(env_ids)
         markers = [(pos[ids], rgba, size) for pos, rgba, size in self._markers()]
         overrides = self.randomizer.render_overrides(ids) if self.randomizer is not None else {}
-        return self._renderer.render(self.state[ids], markers, **overrides)
+        return self._renderer.render(self.state[ids], markers, **overrides, slots=ids)
 
     def close(self) -> None:
         if self._renderer is not None:
