@@ -15,7 +15,11 @@ Usage: python bench/recipes.py [--recipes NAME ...] [--run-dir runs/recipes] [--
 Each seed runs at most its recipe's budget (RECIPES: 10–40 minutes for the MuJoCo recipes, 10–120 for the VLA
 ones, 75 for ManiSkill's PushCube), and most end sooner at their `train.total_steps` or `train.stop_at_success`.
 All of them on 2 CPU cores: at most about 31 hours for the MuJoCo recipes (5 seeds), 36 for the VLA ones and 5
-for ManiSkill's (3 seeds) with --jobs 1, fewer with --jobs 2; each BC or SFT prerequisite adds minutes.
+for ManiSkill's (3 seeds) with --jobs 1, fewer with --jobs 2; each BC or SFT prerequisite adds minutes. Keep
+--jobs at most the number of cores: three rgb VLA runs on 2 cores made 20% fewer env steps per second together
+than two (each run's rendering threads and its torch thread then wait for each other's cores). The few-shot VLA
+recipes take longest: 3 seeds of 2.4M env steps, with --jobs 2 about 130 minutes of both cores for
+grpo_flow_vla_fewshot after its SFT prerequisites (about 10 minutes), more for the token VLA's.
 """
 from __future__ import annotations
 

@@ -2,9 +2,11 @@
 
 Every env has its own tile of one offscreen framebuffer, and a call reads the framebuffer back once, not once
 per frame. On a software GL (Mesa's llvmpipe, what EGL gives a machine without a GPU) each read-back waits for
-the rasterizer, and one small frame keeps only one of its threads busy (bench/vla_rollout.py measures what one
-read per batch saves). An env always lands in the same tile, so its frame does not depend on which other envs
-a call renders; a frame drawn in another tile can differ in a few edge pixels."""
+the rasterizer, and one small frame keeps only one of its threads busy; with one read per call the rasterizer's
+threads work while the next tiles are drawn. That pays where a core is free (bench/vla_rollout.py measures it),
+not where every core is already busy (training runs side by side). An env always lands in the same tile, so
+its frame does not depend on which other envs a call renders; a frame drawn in another tile can differ in a few
+edge pixels."""
 from __future__ import annotations
 
 import math
