@@ -35,6 +35,7 @@ class BatchRenderer:
 
     def __init__(self, model: mujoco.MjModel, height: int, width: int, camera: str | int = -1,
                  envs: int = 1) -> None:
+        self.gl = self.context = None
         self.model = model
         self.data = mujoco.MjData(model)
         self.cameras = [self._camera(view) for view in (camera_views(camera) if isinstance(camera, str) else [camera])]
@@ -48,7 +49,6 @@ class BatchRenderer:
         model.vis.quality.offsamples = 0
         self.scene = mujoco.MjvScene(model, maxgeom=10000)
         self.option = mujoco.MjvOption()
-        self.gl = self.context = None
         try:
             self.gl = gl_context.GLContext(model.vis.global_.offwidth, model.vis.global_.offheight)
             self.gl.make_current()
@@ -133,6 +133,7 @@ class BatchRenderer:
             frames[i] = buffer[top:top + self.height, left:left + tile_width]
 
     def close(self) -> None:
+        """Frees the MjrContext with its GL context current, then the GL context (as `mujoco.Renderer` does)."""
         if self.context is not None:
             self.gl.make_current()
             self.context.free()
@@ -140,3 +141,6 @@ class BatchRenderer:
         if self.gl is not None:
             self.gl.free()
             self.gl = None
+
+    def __del__(self) -> None:  # an env that was never closed: free in the right order, not in the GC's
+        self.close()
