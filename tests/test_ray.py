@@ -13,6 +13,7 @@ from helpers import ROOT, roborl, roborl_in_process
 
 from roborl.algos.ppo import PPO, correct_off_policy
 from roborl.buffer import RolloutBuffer
+from roborl.builder import make_env, make_run_policy
 from roborl.config import PPOConfig, load_config
 from roborl.policies import GaussianActorCritic
 from roborl.ray_collector import RayCollector
@@ -98,6 +99,26 @@ def test_placement_is_configuration_and_the_shards_keep_the_vecenv_contract(loca
         assert torch.equal(env.reset(seed=5)["state"], first)
     finally:
         pool.close()
+
+
+def test_a_chunked_env_in_the_workers_builds_the_policy_it_builds_here(local_cluster):
+    """env.action_chunk 2 behind Ray env workers: a step is K×A as in this process, a control step's action A,
+    so a chunk policy (flow, diffusion, the VLAs) gets the same sizes and a checkpoint trained in one loads in the
+    other."""
+    cfg = load_config(ROOT / "configs" / "flow_noise_push.yaml",
+                      ["policy.init=null", "env.action_chunk=2", "env.num_envs=4", "resources.env_workers=2",
+                       "resources.worker_cpus=0.5"])
+    here = make_env(cfg.env, 4, 0, torch.device("cpu"))
+    pool = WorkerPool(cfg)
+    try:
+        there = RayVecEnv(pool, torch.device("cpu"))
+        assert there.action_space.shape == here.action_space.shape == (2, 4)
+        assert there.action_dim == here.action_dim == 4
+        shapes = {name: p.shape for name, p in make_run_policy(cfg, here).state_dict().items()}
+        assert {name: p.shape for name, p in make_run_policy(cfg, there).state_dict().items()} == shapes
+    finally:
+        pool.close()
+        here.close()
 
 
 def stale_buffer() -> tuple[GaussianActorCritic, RolloutBuffer]:

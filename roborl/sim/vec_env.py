@@ -92,7 +92,8 @@ class VecEnv:
 
     @property
     def action_dim(self) -> int:
-        return int(self.action_space.shape[0])
+        """A of one control step's action: the last dim of `action_space` (K×A for a chunked env)."""
+        return int(self.action_space.shape[-1])
 
     def action_scaling(self) -> dict[str, list]:
         """What an action in [-1, 1] commands: `scale`·a + `offset` in `units` per dimension (exported
