@@ -120,6 +120,7 @@ def test_several_cameras_are_views_side_by_side():
     both = views["front+workspace"]
     assert both.shape == (2, 48, 128, 3)
     assert same_picture(both[:, :, :64], views["front"]) and same_picture(both[:, :, 64:], views["workspace"])
+    assert torch.equal(both[0, :, :64], views["front"][0])  # drawn at the framebuffer's origin in both
     assert not same_picture(views["front"], views["workspace"])
     with pytest.raises(sim.SimError, match="unknown camera 'wrist'.*joined by \\+"):
         sim.make("mujoco/PickPlace", 1, obs_mode="rgb", camera="front+wrist")

@@ -61,16 +61,13 @@ class BatchRenderer:
         mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN.value, self.context)
 
     def _camera(self, camera: str | int) -> mujoco.MjvCamera:
-        """A fixed camera of the model by name or id, or (-1) MuJoCo's default free camera."""
-        cam_id = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_CAMERA, camera) if isinstance(camera, str) else camera
-        if not -1 <= cam_id < self.model.ncam or (isinstance(camera, str) and cam_id == -1):
-            raise SimError(f"camera {camera!r} is not in the model; its cameras: "
-                           f"{[self.model.camera(i).name for i in range(self.model.ncam)]}")
+        """A fixed camera of the model by name or id (the env has checked the names), or (-1) MuJoCo's default
+        free camera."""
         view = mujoco.MjvCamera()
-        if cam_id == -1:
+        if camera == -1:
             mujoco.mjv_defaultFreeCamera(self.model, view)
         else:
-            view.type, view.fixedcamid = mujoco.mjtCamera.mjCAMERA_FIXED, cam_id
+            view.type, view.fixedcamid = mujoco.mjtCamera.mjCAMERA_FIXED, self.model.camera(camera).id
         return view
 
     def render(self, states: np.ndarray, markers: list[Marker] = (), cam_pos: np.ndarray | None = None,
