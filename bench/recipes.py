@@ -11,7 +11,12 @@ seed 0 and shared by all seeds. A recipe whose simulator or device is missing he
 `docs/results/recipes.{md,json,png}` (the png: mean final success per recipe).
 
 Usage: python bench/recipes.py [--recipes NAME ...] [--run-dir runs/recipes] [--jobs 2] [--reuse]
-       [--seeds N] [--max-minutes M]   (--seeds and --max-minutes for smoke tests only: the page says so)
+       [--only-seeds S ...] [--seeds N] [--max-minutes M]   (--seeds and --max-minutes for smoke tests only: the
+       page says so)
+A card longer than one sitting is measured in parts: `--only-seeds 0 1` now, `--only-seeds 2` later. Each part
+trains the recipe's prerequisites again and takes the other seeds from docs/results/recipes.json only where they
+started from the same prerequisite weights (a sha256 of their tensors) and the same config; the row says which
+seeds are still to run until all are in.
 Each seed runs at most its recipe's budget (RECIPES: 10–40 minutes for the MuJoCo recipes, 10–120 for the VLA
 ones, 75 for ManiSkill's PushCube), and most end sooner at their `train.total_steps` or `train.stop_at_success`.
 All of them on 2 CPU cores: at most about 31 hours for the MuJoCo recipes (5 seeds), 36 for the VLA ones and 5
@@ -24,6 +29,7 @@ grpo_flow_vla_fewshot after its SFT prerequisites (about 10 minutes), more for t
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shlex
 import shutil
@@ -45,9 +51,11 @@ from study import (
     run_once,
     run_stage,
     side_by_side,
+    software,
     write_results,
 )
 
+from roborl.checkpoint import Checkpoint
 from roborl.config import Config, load_config
 from roborl.demos import record_demos
 from roborl.demos_hdf5 import demos_file
@@ -217,28 +225,74 @@ def train_runs(runs_to_train: list[SeedRun], runs: Path, reuse: bool, common: li
         return list(pool.map(one, runs_to_train))
 
 
-def finished_on(runs: Path, names: list[str]) -> str:
-    """The UTC date the last of these runs wrote its summary: when a row was measured, also when --reuse
-    computes it again from runs that finished earlier."""
-    latest = max((runs / name / "summary.json").stat().st_mtime for name in names)
-    return datetime.fromtimestamp(latest, UTC).strftime("%Y-%m-%d")
+def finished_on(runs: Path, name: str) -> str:
+    """The UTC date the run wrote its summary: when it was measured, also where --reuse takes it from an earlier
+    call."""
+    return datetime.fromtimestamp((runs / name / "summary.json").stat().st_mtime, UTC).strftime("%Y-%m-%d")
 
 
-def card(config: str, recipe: Recipe, seeds: list[int], summaries: list[dict]) -> dict:
-    """A recipe's row: final success over the seeds, seeds reaching the threshold, medians to it, each seed's run."""
-    finals = [s["success_rate"] for s in summaries]
-    reached = [first_reaching(s["eval_history"], recipe.threshold) if recipe.threshold is not None else None
-               for s in summaries]
+def weights_fingerprint(checkpoint: Path) -> str:
+    """sha256 of a checkpoint's policy weights (names, dtypes, shapes and bytes, in name order): the same for a
+    prerequisite trained again to the same weights, whatever its run folder, wall time or metadata say."""
+    digest = hashlib.sha256()
+    weights = Checkpoint(checkpoint).policy_state
+    for name in sorted(weights):
+        tensor = weights[name].contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def origin(config: str, runs: Path, stages: list[str]) -> dict:
+    """What a recipe's seeds start from: its config file and the weights of each prerequisite. Seeds measured in
+    different calls belong to one card only where these are equal."""
+    text = (ROOT / "configs" / f"{config}.yaml").read_bytes()
+    return {"config_sha256": hashlib.sha256(text).hexdigest(),
+            "start": {stage: weights_fingerprint(runs / stage / "checkpoints" / "best.safetensors")
+                      for stage in stages}}
+
+
+def earlier_runs(config: str, start: dict, seeds: list[int], results: Path = RESULTS) -> list[dict]:
+    """The runs of `seeds` the page's JSON holds for `config`, refused in one line where they started from other
+    weights or another config than `start` (their prerequisites were trained again to other weights, or the config
+    changed since): such seeds do not make one card."""
+    data = results / "recipes.json"
+    rows = json.loads(data.read_text())["rows"] if data.is_file() else []
+    runs = [run for row in rows if row["recipe"] == config for run in row.get("runs", []) if run["seed"] in seeds]
+    if other := [run["seed"] for run in runs if run.get("origin") != start]:
+        raise SystemExit(f"{data}'s seed(s) {', '.join(map(str, other))} of {config} did not start from the "
+                         "prerequisite weights and config this call starts from (the prerequisites trained again to "
+                         "other weights, or the config changed): train all its seeds in one call, without --only-seeds")
+    return runs
+
+
+def run_record(seed: int, summary: dict, **extra: object) -> dict:
+    """One seed's run as the page's JSON keeps it."""
+    return {"seed": seed, "final_success": summary["success_rate"], "best_success": summary["best_success_rate"],
+            "env_steps": summary["env_steps"], "minutes": summary["wall_time_s"] / 60,
+            "eval_history": summary["eval_history"], **extra}
+
+
+def card(config: str, recipe: Recipe, runs: list[dict]) -> dict:
+    """A recipe's row from its seeds' runs (run_record): final success over the seeds, seeds reaching the threshold,
+    medians to it, each seed's run, and the recipe's seeds not measured yet."""
+    runs = sorted(runs, key=lambda run: run["seed"])
+    seeds = [run["seed"] for run in runs]
+    finals = [run["final_success"] for run in runs]
+    reached = [first_reaching(run["eval_history"], recipe.threshold) if recipe.threshold is not None else None
+               for run in runs]
     steps, seconds = median_to(reached, 0), median_to(reached, 1)
+    jobs = sorted({run["jobs"] for run in runs if "jobs" in run})
     return {"recipe": config, "config": f"configs/{config}.yaml", "seeds": seeds, "threshold": recipe.threshold,
             "budget_minutes": recipe.minutes, **summarize([finals]), "final_success": finals,
             "reached": sum(r is not None for r in reached) if recipe.threshold is not None else None,
             "median_env_steps_to_threshold": steps,
             "median_minutes_to_threshold": seconds / 60 if seconds is not None else None,
-            "runs": [{"seed": seed, "final_success": s["success_rate"], "best_success": s["best_success_rate"],
-                      "env_steps": s["env_steps"], "minutes": s["wall_time_s"] / 60,
-                      "env_steps_to_threshold": r[0] if r else None, "minutes_to_threshold": r[1] / 60 if r else None,
-                      "eval_history": s["eval_history"]} for seed, s, r in zip(seeds, summaries, reached)]}
+            **({"measured": max(run["measured"] for run in runs)} if all("measured" in run for run in runs) else {}),
+            **({"jobs": jobs[0] if len(jobs) == 1 else ", ".join(str(run["jobs"]) for run in runs)} if jobs else {}),
+            "missing_seeds": [seed for seed in range(recipe.seeds) if seed not in seeds],
+            "runs": [{**run, "env_steps_to_threshold": r[0] if r else None,
+                      "minutes_to_threshold": r[1] / 60 if r else None} for run, r in zip(runs, reached)]}
 
 
 def interval(point: float | None, ci: list[float] | None) -> str:
@@ -250,7 +304,9 @@ def interval(point: float | None, ci: list[float] | None) -> str:
 def table_row(row: dict) -> str:
     budget = f"{row['budget_minutes']:g} min"
     threshold = f"≥ {row['threshold']:.2f} in {budget}" if row["threshold"] is not None else f"none stated ({budget})"
-    head = f"| {row['recipe']} | {row.get('measured', '—')} | {row.get('jobs', '—')} | {len(row['seeds'])} | {threshold}"
+    missing = row.get("missing_seeds", [])
+    seeds = f"{len(row['seeds'])} of {len(row['seeds']) + len(missing)}" if missing else f"{len(row['seeds'])}"
+    head = f"| {row['recipe']} | {row.get('measured', '—')} | {row.get('jobs', '—')} | {seeds} | {threshold}"
     if "not_run" in row:
         return head + f" | not run: {row['not_run']} | — | — | — | — | — |"
     reached = f"{row['reached']}/{len(row['seeds'])}" if row["reached"] is not None else "—"
@@ -305,6 +361,13 @@ def markdown(rows: list[dict], args: argparse.Namespace, trained: dict[str, dict
     lines += ["", "Each row again:", ""]
     lines += [f"- {row['recipe']}: `{shlex.join(['python', 'bench/recipes.py', '--recipes', row['recipe'], *extra])}`"
               for row in rows]
+    partial = [f"{row['recipe']}: seed {', '.join(map(str, row['missing_seeds']))} "
+               f"(`python bench/recipes.py --recipes {row['recipe']} --only-seeds "
+               f"{' '.join(map(str, row['missing_seeds']))}`)" for row in rows if row.get("missing_seeds")]
+    if partial:
+        lines += ["", "Not all seeds measured yet (a row of \"k of n\" seeds counts the seeds measured; its other "
+                  "seeds, each started from the same prerequisite weights and config, join it when they have run): " +
+                  "; ".join(partial) + "."]
     missing = [name for name in RECIPES if name not in {row["recipe"] for row in rows}]
     not_run = [f"{row['recipe']}: {row['not_run']}" for row in rows if "not_run" in row]
     if not_run:
@@ -332,7 +395,7 @@ def merged_with_earlier(rows: list[dict], args: argparse.Namespace) -> list[dict
 
 
 def seeds_line(rows: list[dict], override: int | None) -> str:
-    counts = sorted({len(row["seeds"]) for row in rows}, reverse=True)
+    counts = sorted({len(row["seeds"]) + len(row.get("missing_seeds", [])) for row in rows}, reverse=True)
     per = " or ".join(f"{n} (0–{n - 1})" if n > 1 else "1 (0)" for n in counts)
     note = f", set by --seeds {override}" if override else ", as each row says"
     return f"training seeds per recipe: {per}{note}; each BC / SFT prerequisite once, seed 0"
@@ -344,9 +407,14 @@ def main() -> None:
     p.add_argument("--run-dir", default="runs/recipes")
     p.add_argument("--jobs", type=int, default=1, help="training seeds side by side (each on one thread)")
     p.add_argument("--reuse", action="store_true", help="keep the runs that already finished in --run-dir")
+    p.add_argument("--only-seeds", type=int, nargs="+", default=None, metavar="SEED",
+                   help="train only these of each recipe's seeds and take its others from docs/results/recipes.json "
+                        "(a card measured in parts)")
     p.add_argument("--seeds", type=int, default=None, help="seeds per recipe instead of its own (smoke tests)")
     p.add_argument("--max-minutes", type=float, default=None, help="every run's budget (smoke tests)")
     args = p.parse_args()
+    if args.only_seeds and (args.seeds or args.max_minutes):
+        p.error("--only-seeds measures part of a recipe's own card: leave out --seeds and --max-minutes")
     runs = Path(args.run_dir).resolve()
     runs.mkdir(parents=True, exist_ok=True)
     common = ["train.progress=false", f"train.run_dir={runs}"]
@@ -356,6 +424,11 @@ def main() -> None:
         recipe = RECIPES[config]._replace(seeds=args.seeds or RECIPES[config].seeds,
                                           minutes=args.max_minutes or RECIPES[config].minutes)
         seeds = list(range(recipe.seeds))
+        if args.only_seeds:
+            if other := sorted(set(args.only_seeds) - set(seeds)):
+                p.error(f"{config} trains seeds 0–{recipe.seeds - 1}: --only-seeds {' '.join(map(str, other))} is "
+                        "not one of them")
+            seeds = sorted(set(args.only_seeds))
         cfg = load_config(ROOT / "configs" / f"{config}.yaml", common)
         if reason := unavailable(cfg):
             print(f"{config}: not run: {reason}", flush=True)
@@ -364,12 +437,18 @@ def main() -> None:
             continue
         start = start_from(cfg, runs, args.reuse, common, trained)
         stages = [stage for value in (cfg.policy.init, cfg.residual.base) if (stage := pretraining_stage(value))]
-        planned[config] = (recipe, [SeedRun(config, seed, recipe.minutes, start) for seed in seeds], stages)
-    summaries = iter(train_runs([run for _, seed_runs, _ in planned.values() for run in seed_runs], runs, args.reuse,
-                                common, args.jobs))
-    for config, (recipe, seed_runs, stages) in planned.items():
-        rows.append({**card(config, recipe, [run.seed for run in seed_runs], [next(summaries) for _ in seed_runs]),
-                     "measured": finished_on(runs, [run.name for run in seed_runs]), "jobs": args.jobs,
+        began = origin(config, runs, stages)
+        others = [seed for seed in range(recipe.seeds) if seed not in seeds]
+        kept = earlier_runs(config, began, others) if args.only_seeds else []
+        planned[config] = (recipe, [SeedRun(config, seed, recipe.minutes, start) for seed in seeds], stages, began,
+                           kept)
+    summaries = iter(train_runs([run for plan in planned.values() for run in plan[1]], runs, args.reuse, common,
+                                args.jobs))
+    made_by = software()
+    for config, (recipe, seed_runs, stages, began, kept) in planned.items():
+        new = [run_record(run.seed, next(summaries), origin=began, measured=finished_on(runs, run.name),
+                          jobs=args.jobs, software=made_by) for run in seed_runs]
+        rows.append({**card(config, recipe, kept + new),
                      "prerequisites": {stage: trained[stage]["best_success_rate"] for stage in stages}})
     rows = merged_with_earlier(rows, args)
     measured = {row["recipe"]: row["mean"] for row in rows if "mean" in row}

@@ -63,7 +63,7 @@ def test_a_recipe_card_keeps_the_runs_at_a_time_it_was_measured_with(study, monk
 
     summary = {"success_rate": 0.9, "best_success_rate": 0.9, "env_steps": 1000, "wall_time_s": 60.0,
                "eval_history": [[0, 0.0, 0.1], [1000, 60.0, 0.9]]}
-    rows = [{**recipes.card(name, recipes.RECIPES[name], [0, 1, 2], [summary] * 3), "jobs": jobs}
+    rows = [recipes.card(name, recipes.RECIPES[name], [recipes.run_record(seed, summary, jobs=jobs) for seed in range(3)])
             for name, jobs in (("ppo_reach", 1), ("ppo_push", 2))]
     args = recipes.argparse.Namespace(jobs=2, seeds=None, max_minutes=None)
     table = [line for line in recipes.markdown(rows, args, {}) if line.startswith("| ppo_")]
@@ -78,11 +78,62 @@ def test_a_baseline_row_is_said_to_be_one(study, monkeypatch) -> None:
     summary = {"success_rate": 0.0, "best_success_rate": 0.0, "env_steps": 1000, "wall_time_s": 60.0,
                "eval_history": [[0, 0.0, 0.0], [1000, 60.0, 0.0]]}
     args = recipes.argparse.Namespace(jobs=1, seeds=None, max_minutes=None)
-    rows = [{**recipes.card(name, recipes.RECIPES[name], [0], [summary]), "jobs": 1}
+    rows = [recipes.card(name, recipes.RECIPES[name], [recipes.run_record(0, summary, jobs=1)])
             for name in ("rm_sequence", "ppo_sequence_sparse")]
     notes = [line for line in recipes.markdown(rows, args, {}) if line.startswith("Baselines")]
     assert len(notes) == 1 and "ppo_sequence_sparse (against rm_sequence)" in notes[0]
     assert "rm_sequence (against" not in notes[0]
+
+def test_a_prerequisite_trained_again_to_the_same_weights_has_the_same_fingerprint(study, monkeypatch, tmp_path) -> None:
+    """Seeds measured in different calls share a card only where their start's weights are equal: the fingerprint
+    reads the weights, not the run folder, wall time or config a checkpoint also holds."""
+    monkeypatch.setattr(sys, "argv", ["bench/recipes.py"])
+    import recipes
+
+    from roborl.checkpoint import save_checkpoint
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    save_checkpoint(tmp_path / "a.safetensors", net, None, {"train": {"run_dir": "/one"}}, {"wall_time_s": 1.0})
+    save_checkpoint(tmp_path / "b.safetensors", net, None, {"train": {"run_dir": "/two"}}, {"wall_time_s": 2.0})
+    with torch.no_grad():
+        net[1].bias[0] += 1e-6
+    save_checkpoint(tmp_path / "c.safetensors", net, None, {"train": {"run_dir": "/one"}}, {"wall_time_s": 1.0})
+    a, b, c = (recipes.weights_fingerprint(tmp_path / f"{n}.safetensors") for n in "abc")
+    assert a == b != c
+
+
+def test_a_card_measured_in_parts_joins_seeds_that_started_alike(study, monkeypatch, tmp_path) -> None:
+    """--only-seeds: the row of seeds 0 and 1 says which seed is still to run and how; seed 2, measured later from
+    the same start, completes it; seeds from another start are refused in one line."""
+    monkeypatch.setattr(sys, "argv", ["bench/recipes.py"])
+    import recipes
+
+    name, recipe = "grpo_flow_vla_fewshot", recipes.RECIPES["grpo_flow_vla_fewshot"]
+    start = {"config_sha256": "c", "start": {"sft_flow_vla_fewshot": "w"}}
+
+    def run(seed: int, success: float, jobs: int) -> dict:
+        summary = {"success_rate": success, "best_success_rate": success, "env_steps": 1000, "wall_time_s": 60.0,
+                   "eval_history": [[0, 0.0, 0.4], [1000, 60.0, success]]}
+        return recipes.run_record(seed, summary, origin=start, measured=f"2026-12-0{seed + 1}", jobs=jobs)
+
+    part = recipes.card(name, recipe, [run(0, 0.5, 2), run(1, 0.6, 2)])
+    assert part["seeds"] == [0, 1] and part["missing_seeds"] == [2]
+    args = recipes.argparse.Namespace(jobs=2, seeds=None, max_minutes=None)
+    lines = recipes.markdown([part], args, {})
+    assert [line.split(" | ")[3] for line in lines if line.startswith(f"| {name}")] == ["2 of 3"]
+    assert any(f"--recipes {name} --only-seeds 2`" in line for line in lines if line.startswith("Not all seeds"))
+    (tmp_path / "recipes.json").write_text(json.dumps({"rows": [part]}))
+
+    kept = recipes.earlier_runs(name, start, [0, 1], results=tmp_path)
+    whole = recipes.card(name, recipe, kept + [run(2, 0.7, 1)])
+    assert whole["seeds"] == [0, 1, 2] and whole["missing_seeds"] == []
+    assert whole["final_success"] == [0.5, 0.6, 0.7] and whole["measured"] == "2026-12-03"
+    assert whole["jobs"] == "2, 2, 1"
+    assert not any(line.startswith("Not all seeds") for line in recipes.markdown([whole], args, {}))
+    with pytest.raises(SystemExit, match=rf"seed\(s\) 0, 1 of {name} did not start from the prerequisite weights"):
+        recipes.earlier_runs(name, {**start, "start": {"sft_flow_vla_fewshot": "other"}}, [0, 1], results=tmp_path)
+
 
 def test_rsl_rl_trains_on_our_vecenv_through_the_benchmark_adapter(monkeypatch):
     """bench/throughput.py's peer: rsl_rl's own OnPolicyRunner iterates on our env through the thin adapter."""
