@@ -196,6 +196,16 @@ def prerequisite(stage: str, runs: Path, reuse: bool, common: list[str], trained
     return runs / stage / "checkpoints" / "best.safetensors"
 
 
+def with_own_prerequisites(stages: list[str], common: list[str]) -> list[str]:
+    """The stages, each after the stages it starts from in turn (sft_flow_vla_fewshot after sft_flow_vla)."""
+    chain: list[str] = []
+    for stage in stages:
+        cfg = load_config(ROOT / "configs" / f"{stage}.yaml", common)
+        own = [before for value in (cfg.policy.init, cfg.residual.base) if (before := pretraining_stage(value))]
+        chain += [name for name in [*with_own_prerequisites(own, common), stage] if name not in chain]
+    return chain
+
+
 class SeedRun(NamedTuple):
     config: str
     seed: int
@@ -295,6 +305,13 @@ def card(config: str, recipe: Recipe, runs: list[dict]) -> dict:
                       "minutes_to_threshold": r[1] / 60 if r else None} for run, r in zip(runs, reached)]}
 
 
+def prerequisite_evals(evals: dict[str, list[str]]) -> str:
+    """A stage's best eval, or its evals with the recipes that started from each where calls trained it apart."""
+    if len(evals) == 1:
+        return next(iter(evals))
+    return "; ".join(f"{best} for {', '.join(recipes)}" for best, recipes in evals.items())
+
+
 def interval(point: float | None, ci: list[float] | None) -> str:
     if point is None:
         return "— (from 5 seeds)"
@@ -348,14 +365,17 @@ def markdown(rows: list[dict], args: argparse.Namespace, trained: dict[str, dict
     if any(overridden):
         lines += ["", "**Overridden, so these numbers do not stand for the recipes:** " +
                   "; ".join(o for o in overridden if o) + "."]
-    starts = {name: s["best_success_rate"] for name, s in trained.items()}
-    starts |= {name: best for row in rows for name, best in row.get("prerequisites", {}).items()}  # earlier rows'
+    starts: dict[str, dict[str, list[str]]] = {}  # stage -> its best eval -> the recipes whose seeds started there
+    for row in rows:
+        for name, best in row.get("prerequisites", {}).items():
+            starts.setdefault(name, {}).setdefault(f"{best:.2f}", []).append(row["recipe"])
     if starts:
-        lines += ["", "Prerequisites, each trained once (`roborl bc`, seed 0 of its own config, on scripted demos) "
-                  "and shared by all seeds of the recipes that start from it (`policy.init` or `residual.base`; "
-                  "a base at `runs/<stage>/pretrained` is the stage's best checkpoint written by `roborl export "
-                  "--format pretrained`): " +
-                  ", ".join(f"`{name}` (best eval {best:.2f})" for name, best in starts.items()) + "."]
+        lines += ["", "Prerequisites, each trained once per call (`roborl bc`, seed 0 of its own config, on scripted "
+                  "demos) and shared by all seeds of the recipes that start from it (`policy.init` or "
+                  "`residual.base`; a base at `runs/<stage>/pretrained` is the stage's best checkpoint written by "
+                  "`roborl export --format pretrained`); where calls trained a stage to different evals, the recipes "
+                  "each started from: " + ", ".join(f"`{name}` (best eval {prerequisite_evals(evals)})"
+                                                     for name, evals in starts.items()) + "."]
     extra = ([f"--seeds={args.seeds}"] if args.seeds else []) + ([f"--max-minutes={args.max_minutes:g}"]
                                                                  if args.max_minutes else [])
     lines += ["", "Each row again:", ""]
@@ -448,10 +468,11 @@ def main() -> None:
     for config, (recipe, seed_runs, stages, began, kept) in planned.items():
         new = [run_record(run.seed, next(summaries), origin=began, measured=finished_on(runs, run.name),
                           jobs=args.jobs, software=made_by) for run in seed_runs]
-        rows.append({**card(config, recipe, kept + new),
-                     "prerequisites": {stage: trained[stage]["best_success_rate"] for stage in stages}})
+        rows.append({**card(config, recipe, kept + new), "prerequisites": {
+            stage: trained[stage]["best_success_rate"] for stage in with_own_prerequisites(stages, common)}})
     rows = merged_with_earlier(rows, args)
-    measured = {row["recipe"]: row["mean"] for row in rows if "mean" in row}
+    measured = {row["recipe"] + (f" ({len(row['seeds'])} of {len(row['seeds']) + len(row['missing_seeds'])} seeds)"
+                                 if row.get("missing_seeds") else ""): row["mean"] for row in rows if "mean" in row}
     write_results("recipes", "Recipe cards: every shipped recipe over training seeds", markdown(rows, args, trained),
                   {"rows": rows, "prerequisites": trained,
                    "overridden": {"seeds": args.seeds, "max_minutes": args.max_minutes}},

@@ -135,6 +135,24 @@ def test_a_card_measured_in_parts_joins_seeds_that_started_alike(study, monkeypa
         recipes.earlier_runs(name, {**start, "start": {"sft_flow_vla_fewshot": "other"}}, [0, 1], results=tmp_path)
 
 
+def test_a_stage_trained_apart_for_two_cards_is_listed_with_each_cards_start(study, monkeypatch) -> None:
+    """Cards measured in different calls may start from the same stage trained to different evals: the page says
+    which recipes started from which."""
+    monkeypatch.setattr(sys, "argv", ["bench/recipes.py"])
+    import recipes
+
+    summary = {"success_rate": 0.6, "best_success_rate": 0.6, "env_steps": 1000, "wall_time_s": 60.0,
+               "eval_history": [[0, 0.0, 0.4], [1000, 60.0, 0.6]]}
+    rows = [{**recipes.card(name, recipes.RECIPES[name], [recipes.run_record(0, summary, jobs=1)]),
+             "prerequisites": {"sft_flow_vla": best}}
+            for name, best in (("ppo_flow_vla", 0.65), ("grpo_flow_vla", 0.65), ("grpo_flow_vla_fewshot", 0.73))]
+    args = recipes.argparse.Namespace(jobs=1, seeds=None, max_minutes=None)
+    [line] = [line for line in recipes.markdown(rows, args, {}) if line.startswith("Prerequisites")]
+    assert "`sft_flow_vla` (best eval 0.65 for ppo_flow_vla, grpo_flow_vla; 0.73 for grpo_flow_vla_fewshot)" in line
+    [line] = [line for line in recipes.markdown(rows[:2], args, {}) if line.startswith("Prerequisites")]
+    assert "`sft_flow_vla` (best eval 0.65)" in line
+
+
 def test_rsl_rl_trains_on_our_vecenv_through_the_benchmark_adapter(monkeypatch):
     """bench/throughput.py's peer: rsl_rl's own OnPolicyRunner iterates on our env through the thin adapter."""
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
