@@ -318,12 +318,16 @@ def interval(point: float | None, ci: list[float] | None) -> str:
     return f"{point:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
+def seeds_label(row: dict) -> str:
+    """How many seeds a row holds: "3", or "1 of 3" while some are still to be measured."""
+    missing = row.get("missing_seeds", [])
+    return f"{len(row['seeds'])} of {len(row['seeds']) + len(missing)}" if missing else f"{len(row['seeds'])}"
+
+
 def table_row(row: dict) -> str:
     budget = f"{row['budget_minutes']:g} min"
     threshold = f"≥ {row['threshold']:.2f} in {budget}" if row["threshold"] is not None else f"none stated ({budget})"
-    missing = row.get("missing_seeds", [])
-    seeds = f"{len(row['seeds'])} of {len(row['seeds']) + len(missing)}" if missing else f"{len(row['seeds'])}"
-    head = f"| {row['recipe']} | {row.get('measured', '—')} | {row.get('jobs', '—')} | {seeds} | {threshold}"
+    head = f"| {row['recipe']} | {row.get('measured', '—')} | {row.get('jobs', '—')} | {seeds_label(row)} | {threshold}"
     if "not_run" in row:
         return head + f" | not run: {row['not_run']} | — | — | — | — | — |"
     reached = f"{row['reached']}/{len(row['seeds'])}" if row["reached"] is not None else "—"
@@ -471,8 +475,8 @@ def main() -> None:
         rows.append({**card(config, recipe, kept + new), "prerequisites": {
             stage: trained[stage]["best_success_rate"] for stage in with_own_prerequisites(stages, common)}})
     rows = merged_with_earlier(rows, args)
-    measured = {row["recipe"] + (f" ({len(row['seeds'])} of {len(row['seeds']) + len(row['missing_seeds'])} seeds)"
-                                 if row.get("missing_seeds") else ""): row["mean"] for row in rows if "mean" in row}
+    measured = {row["recipe"] + (f" ({seeds_label(row)} seeds)" if row.get("missing_seeds") else ""): row["mean"]
+                for row in rows if "mean" in row}
     write_results("recipes", "Recipe cards: every shipped recipe over training seeds", markdown(rows, args, trained),
                   {"rows": rows, "prerequisites": trained,
                    "overridden": {"seeds": args.seeds, "max_minutes": args.max_minutes}},
