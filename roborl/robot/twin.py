@@ -29,6 +29,9 @@ import numpy as np
 from roborl.robot.interface import RobotInterface
 from roborl.wire import WireError, pack, unpack
 
+RESET_WAIT_S = 5.0  # the twin answers a reset once its physics has reset, or after two such waits at most
+ANSWER_TIMEOUT_S = 2 * RESET_WAIT_S + 5.0  # a client waits for that answer longer: a slow reset is not a hung twin
+
 
 @dataclass
 class TwinSettings:
@@ -210,8 +213,8 @@ class Twin:
                 target = self.resets_done + 1
                 self.reset_request = int(request.get("seed", 0))
                 self.cond.notify_all()
-                self.cond.wait_for(lambda: self.resets_done >= target and self.tick >= 0, timeout=5.0)
-                self.cond.wait_for(lambda: self.published.get("episode_step", 1) == 0, timeout=5.0)
+                self.cond.wait_for(lambda: self.resets_done >= target and self.tick >= 0, timeout=RESET_WAIT_S)
+                self.cond.wait_for(lambda: self.published.get("episode_step", 1) == 0, timeout=RESET_WAIT_S)
                 return dict(self.published)
             if kind == "status":
                 return {"type": "status", **self.status, "control_dt": self.dt, "tick": self.tick}
@@ -314,7 +317,7 @@ class TwinRobot(RobotInterface):
         conn = conn or self._conn
         with self._lock if conn is self._conn else contextlib.nullcontext():
             conn.send(pack(message))
-            reply = unpack(conn.recv(timeout=5.0))
+            reply = unpack(conn.recv(timeout=ANSWER_TIMEOUT_S))
         if reply.get("type") == "error":
             raise RuntimeError(f"twin: {reply['error']}")
         return reply
