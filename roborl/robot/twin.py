@@ -317,7 +317,11 @@ class TwinRobot(RobotInterface):
         conn = conn or self._conn
         with self._lock if conn is self._conn else contextlib.nullcontext():
             conn.send(pack(message))
-            reply = unpack(conn.recv(timeout=ANSWER_TIMEOUT_S))
+            try:
+                reply = unpack(conn.recv(timeout=ANSWER_TIMEOUT_S))
+            except TimeoutError:
+                raise TimeoutError(f"the twin at {self.uri} did not answer {message['type']!r} in "
+                                   f"{ANSWER_TIMEOUT_S:g} s; check that it still runs (roborl twin)") from None
         if reply.get("type") == "error":
             raise RuntimeError(f"twin: {reply['error']}")
         return reply
