@@ -30,7 +30,7 @@ from roborl.robot.interface import RobotInterface
 from roborl.wire import WireError, pack, unpack
 
 RESET_WAIT_S = 5.0  # the twin answers a reset once its physics has reset, or after two such waits at most
-ANSWER_TIMEOUT_S = 2 * RESET_WAIT_S + 5.0  # a client waits for that answer longer: a slow reset is not a hung twin
+ANSWER_TIMEOUT_S = 5.0  # a client waits this long for an answer, beyond the waits the twin may take before it
 
 
 @dataclass
@@ -313,15 +313,18 @@ class TwinRobot(RobotInterface):
         self._estop = connect(self.uri, compression=None, proxy=None, ping_interval=None, legacy=True)
         self.control_dt = self.status()["control_dt"]
 
-    def _request(self, message: dict, conn=None) -> dict:
+    def _request(self, message: dict, conn=None, waits: float = 0.0) -> dict:
+        """The twin's answer to `message`; `waits`: how long the twin itself may wait before it answers, so a
+        slow answer (a reset under load) is not taken for a hung twin."""
         conn = conn or self._conn
+        timeout = waits + ANSWER_TIMEOUT_S
         with self._lock if conn is self._conn else contextlib.nullcontext():
             conn.send(pack(message))
             try:
-                reply = unpack(conn.recv(timeout=ANSWER_TIMEOUT_S))
+                reply = unpack(conn.recv(timeout=timeout))
             except TimeoutError:
-                raise TimeoutError(f"the twin at {self.uri} did not answer {message['type']!r} in "
-                                   f"{ANSWER_TIMEOUT_S:g} s; check that it still runs (roborl twin)") from None
+                raise TimeoutError(f"the twin at {self.uri} did not answer {message['type']!r} in {timeout:g} s; "
+                                   "check that it still runs (roborl twin)") from None
         if reply.get("type") == "error":
             raise RuntimeError(f"twin: {reply['error']}")
         return reply
@@ -341,7 +344,7 @@ class TwinRobot(RobotInterface):
         self._request({"type": "stop", "reason": "client"}, conn=self._estop)
 
     def reset(self, seed: int = 0) -> dict:
-        self.last_obs = self._request({"type": "reset", "seed": seed})
+        self.last_obs = self._request({"type": "reset", "seed": seed}, waits=2 * RESET_WAIT_S)
         self.tick = self.last_obs["tick"] - 1
         return self.last_obs
 
