@@ -164,6 +164,11 @@ def train_stage(args: list[str], runs: Path, name: str) -> dict:
     return json.loads((runs / name / "summary.json").read_text())
 
 
+def stages_of(cfg: Config) -> list[str]:
+    """The stages a config starts from: those its `policy.init` and `residual.base` name."""
+    return [stage for value in (cfg.policy.init, cfg.residual.base) if (stage := pretraining_stage(value))]
+
+
 def start_from(cfg: Config, runs: Path, reuse: bool, common: list[str], trained: dict[str, dict]) -> list[str]:
     """Overrides pointing `policy.init` / `residual.base` at the stage they name, trained first in `runs`."""
     starts = []
@@ -192,17 +197,18 @@ def prerequisite(stage: str, runs: Path, reuse: bool, common: list[str], trained
         args = ["bc", f"configs/{stage}.yaml", f"bc.demos={demos_for(cfg, runs)}",
                 *start_from(cfg, runs, reuse, common, trained), *common, "train.seed=0", f"train.name={stage}"]
         print(f"prerequisite {stage} ...", flush=True)
-        trained[stage] = run_once(runs, stage, reuse, lambda: train_stage(args, runs, stage))
+        trained[stage] = {**run_once(runs, stage, reuse, lambda: train_stage(args, runs, stage)),
+                          "starts_from": stages_of(cfg)}
     return runs / stage / "checkpoints" / "best.safetensors"
 
 
-def with_own_prerequisites(stages: list[str], common: list[str]) -> list[str]:
-    """The stages, each after the stages it starts from in turn (sft_flow_vla_fewshot after sft_flow_vla)."""
+def with_own_prerequisites(stages: list[str], trained: dict[str, dict]) -> list[str]:
+    """The stages, each after the stages it was trained from in turn, as `prerequisite` recorded them
+    (sft_flow_vla_fewshot after sft_flow_vla)."""
     chain: list[str] = []
     for stage in stages:
-        cfg = load_config(ROOT / "configs" / f"{stage}.yaml", common)
-        own = [before for value in (cfg.policy.init, cfg.residual.base) if (before := pretraining_stage(value))]
-        chain += [name for name in [*with_own_prerequisites(own, common), stage] if name not in chain]
+        before = with_own_prerequisites(trained[stage]["starts_from"], trained)
+        chain += [name for name in [*before, stage] if name not in chain]
     return chain
 
 
@@ -460,7 +466,7 @@ def main() -> None:
                          "threshold": recipe.threshold, "budget_minutes": recipe.minutes, "not_run": reason})
             continue
         start = start_from(cfg, runs, args.reuse, common, trained)
-        stages = [stage for value in (cfg.policy.init, cfg.residual.base) if (stage := pretraining_stage(value))]
+        stages = stages_of(cfg)
         began = origin(config, runs, stages)
         others = [seed for seed in range(recipe.seeds) if seed not in seeds]
         kept = earlier_runs(config, began, others) if args.only_seeds else []
@@ -473,7 +479,7 @@ def main() -> None:
         new = [run_record(run.seed, next(summaries), origin=began, measured=finished_on(runs, run.name),
                           jobs=args.jobs, software=made_by) for run in seed_runs]
         rows.append({**card(config, recipe, kept + new), "prerequisites": {
-            stage: trained[stage]["best_success_rate"] for stage in with_own_prerequisites(stages, common)}})
+            stage: trained[stage]["best_success_rate"] for stage in with_own_prerequisites(stages, trained)}})
     rows = merged_with_earlier(rows, args)
     measured = {row["recipe"] + (f" ({seeds_label(row)} seeds)" if row.get("missing_seeds") else ""): row["mean"]
                 for row in rows if "mean" in row}

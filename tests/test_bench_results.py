@@ -204,3 +204,22 @@ def test_vla_page_keeps_the_rows_an_earlier_call_measured(monkeypatch, tmp_path)
     page = vla.markdown(rows, vla.EPISODES)
     assert "`python bench/vla.py --families x`" in page and f"`{earlier['meta']['command']}`" in page
     assert vla.merged_with_earlier([new], vla.EPISODES + 1) == [new]
+
+
+def test_a_card_lists_each_prerequisite_after_the_stage_it_was_trained_from(study, monkeypatch, tmp_path) -> None:
+    """The prerequisites on a row come in the order the bench trained them, each once: a few-shot SFT after the SFT
+    it starts from, as `prerequisite` recorded the chain while it walked it."""
+    monkeypatch.setattr(sys, "argv", ["bench/recipes.py"])
+    import recipes
+
+    monkeypatch.setattr(recipes, "demos_for", lambda cfg, runs: runs / "demos")
+    for stage in ("sft_flow_vla", "sft_flow_vla_fewshot"):
+        (tmp_path / stage).mkdir()
+        (tmp_path / stage / "summary.json").write_text(json.dumps({"finished": True, "best_success_rate": 0.5}))
+    cfg = recipes.load_config(recipes.ROOT / "configs" / "grpo_flow_vla_fewshot.yaml", [])
+    trained: dict[str, dict] = {}
+    start = recipes.start_from(cfg, tmp_path, True, [], trained)
+    assert start == [f"policy.init={tmp_path}/sft_flow_vla_fewshot/checkpoints/best.safetensors"]
+    assert trained["sft_flow_vla_fewshot"]["starts_from"] == ["sft_flow_vla"]
+    for stages in (["sft_flow_vla_fewshot"], ["sft_flow_vla_fewshot", "sft_flow_vla"]):
+        assert recipes.with_own_prerequisites(stages, trained) == ["sft_flow_vla", "sft_flow_vla_fewshot"]
