@@ -212,6 +212,9 @@ def with_own_prerequisites(stages: list[str], trained: dict[str, dict]) -> list[
     return chain
 
 
+TRAINED_WITH = "trained_with.json"  # beside a seed's summary: the runs side by side and the software that trained it
+
+
 class SeedRun(NamedTuple):
     config: str
     seed: int
@@ -227,12 +230,17 @@ class SeedRun(NamedTuple):
 def train_runs(runs_to_train: list[SeedRun], runs: Path, reuse: bool, common: list[str], jobs: int) -> list[dict]:
     """One `roborl train` per seed of every recipe, `jobs` side by side (one torch thread each) across recipes, so
     a recipe's last seed does not leave a core idle; their summaries, in order."""
-    threads = side_by_side(jobs)
+    threads, made_by = side_by_side(jobs), software()
+
+    def trained(run: SeedRun, args: list[str]) -> dict:
+        summary = train_stage(args, runs, run.name)
+        (runs / run.name / TRAINED_WITH).write_text(json.dumps({"jobs": jobs, "software": made_by}))
+        return summary
 
     def one(run: SeedRun) -> dict:
         args = ["train", f"configs/{run.config}.yaml", *run.start, *common, *threads, f"train.seed={run.seed}",
                 f"train.name={run.name}", f"train.max_minutes={run.minutes:g}"]
-        summary = run_once(runs, run.name, reuse, lambda: train_stage(args, runs, run.name))
+        summary = run_once(runs, run.name, reuse, lambda: trained(run, args))
         print(f"{run.name}: final success {summary['success_rate']:.3f}, {summary['env_steps']:,} env steps, "
               f"{summary['wall_time_s'] / 60:.1f} min", flush=True)
         return summary
@@ -268,15 +276,32 @@ def origin(config: str, runs: Path, stages: list[str]) -> dict:
                       for stage in stages}}
 
 
+def page_runs(config: str, results: Path = RESULTS) -> list[dict]:
+    """The seeds' runs the page's JSON holds for `config`."""
+    data = results / "recipes.json"
+    rows = json.loads(data.read_text())["rows"] if data.is_file() else []
+    return [run for row in rows if row["recipe"] == config for run in row.get("runs", [])]
+
+
+def trained_with(runs: Path, run: SeedRun, measured: str, results: Path = RESULTS) -> dict:
+    """How a seed's run was trained (the runs side by side, the software), as `train_runs` wrote it beside the run;
+    for a run trained before it did, as the page's JSON recorded it then (same seed, same date); {} if neither.
+    A run --reuse takes keeps these, not the reusing call's."""
+    path = runs / run.name / TRAINED_WITH
+    if path.is_file():
+        return json.loads(path.read_text())
+    return next(({key: earlier[key] for key in ("jobs", "software") if key in earlier}
+                 for earlier in page_runs(run.config, results)
+                 if earlier["seed"] == run.seed and earlier.get("measured") == measured), {})
+
+
 def earlier_runs(config: str, start: dict, seeds: list[int], results: Path = RESULTS) -> list[dict]:
     """The runs of `seeds` the page's JSON holds for `config`, refused in one line where they started from other
     weights or another config than `start` (their prerequisites were trained again to other weights, or the config
     changed since): such seeds do not make one card."""
-    data = results / "recipes.json"
-    rows = json.loads(data.read_text())["rows"] if data.is_file() else []
-    runs = [run for row in rows if row["recipe"] == config for run in row.get("runs", []) if run["seed"] in seeds]
+    runs = [run for run in page_runs(config, results) if run["seed"] in seeds]
     if other := [run["seed"] for run in runs if run.get("origin") != start]:
-        raise SystemExit(f"{data}'s seed(s) {', '.join(map(str, other))} of {config} did not start from the "
+        raise SystemExit(f"{results / 'recipes.json'}'s seed(s) {', '.join(map(str, other))} of {config} did not start from the "
                          "prerequisite weights and config this call starts from (the prerequisites trained again to "
                          "other weights, or the config changed): train all its seeds in one call, without --only-seeds")
     return runs
@@ -474,10 +499,9 @@ def main() -> None:
                            kept)
     summaries = iter(train_runs([run for plan in planned.values() for run in plan[1]], runs, args.reuse, common,
                                 args.jobs))
-    made_by = software()
     for config, (recipe, seed_runs, stages, began, kept) in planned.items():
-        new = [run_record(run.seed, next(summaries), origin=began, measured=finished_on(runs, run.name),
-                          jobs=args.jobs, software=made_by) for run in seed_runs]
+        new = [run_record(run.seed, next(summaries), origin=began, measured=(day := finished_on(runs, run.name)),
+                          **trained_with(runs, run, day)) for run in seed_runs]
         rows.append({**card(config, recipe, kept + new), "prerequisites": {
             stage: trained[stage]["best_success_rate"] for stage in with_own_prerequisites(stages, trained)}})
     rows = merged_with_earlier(rows, args)

@@ -223,3 +223,20 @@ def test_a_card_lists_each_prerequisite_after_the_stage_it_was_trained_from(stud
     assert trained["sft_flow_vla_fewshot"]["starts_from"] == ["sft_flow_vla"]
     for stages in (["sft_flow_vla_fewshot"], ["sft_flow_vla_fewshot", "sft_flow_vla"]):
         assert recipes.with_own_prerequisites(stages, trained) == ["sft_flow_vla", "sft_flow_vla_fewshot"]
+
+
+def test_a_reused_run_keeps_how_it_was_trained(study, monkeypatch, tmp_path) -> None:
+    """--reuse takes a finished run as it is: its runs side by side and software are the ones that trained it (beside
+    the run, or on the page for a run trained before that), not the reusing call's."""
+    monkeypatch.setattr(sys, "argv", ["bench/recipes.py"])
+    import recipes
+
+    run = recipes.SeedRun("ppo_push", 1, 20, [])
+    (tmp_path / "recipes.json").write_text(json.dumps({"rows": [{"recipe": "ppo_push", "runs": [
+        {"seed": 1, "measured": "2026-12-03", "jobs": 1, "software": "roborl abc1234"},
+        {"seed": 2, "measured": "2026-12-04", "jobs": 2, "software": "roborl def5678"}]}]}))
+    assert recipes.trained_with(tmp_path, run, "2026-12-03", tmp_path) == {"jobs": 1, "software": "roborl abc1234"}
+    assert recipes.trained_with(tmp_path, run, "2026-12-05", tmp_path) == {}  # trained again since: not that record
+    (tmp_path / run.name).mkdir()
+    (tmp_path / run.name / recipes.TRAINED_WITH).write_text(json.dumps({"jobs": 2, "software": "roborl 0123abc"}))
+    assert recipes.trained_with(tmp_path, run, "2026-12-03", tmp_path) == {"jobs": 2, "software": "roborl 0123abc"}
