@@ -114,8 +114,8 @@ RECIPES: dict[str, Recipe] = {
     "grpo_token_vla": Recipe(3, 0.25, 25),
     "residual_ppo_token_vla": Recipe(3, 0.25, 20),
     "ppo_flow_vla_fewshot": Recipe(3, 0.50, 120),  # as the VLAs' bars, from its first card: 0.56 [0.52, 0.58]
-    "grpo_flow_vla_fewshot": Recipe(3, None, 120),
-    "ppo_token_vla_fewshot": Recipe(3, None, 120),
+    "grpo_flow_vla_fewshot": Recipe(3, 0.55, 120),  # 0.58 [0.56, 0.60]
+    "ppo_token_vla_fewshot": Recipe(3, 0.45, 120),  # 0.54 [0.46, 0.58]
     "grpo_token_vla_fewshot": Recipe(3, None, 120),
     "ppo_flow_state": Recipe(3, 0.70, 10),  # as the VLAs' bars, from its first card: 0.75 [0.73, 0.77]
     "grpo_flow_state": Recipe(3, 0.50, 10),  # 0.60 [0.52, 0.67]
