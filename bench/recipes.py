@@ -52,6 +52,7 @@ from study import (
     run_stage,
     side_by_side,
     software,
+    write_page,
     write_results,
 )
 
@@ -234,7 +235,7 @@ def train_runs(runs_to_train: list[SeedRun], runs: Path, reuse: bool, common: li
 
     def trained(run: SeedRun, args: list[str]) -> dict:
         summary = train_stage(args, runs, run.name)
-        (runs / run.name / TRAINED_WITH).write_text(json.dumps({"jobs": jobs, "software": made_by}))
+        write_page(runs / run.name / TRAINED_WITH, json.dumps({"jobs": jobs, "software": made_by}))
         return summary
 
     def one(run: SeedRun) -> dict:
