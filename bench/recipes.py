@@ -35,7 +35,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -44,15 +43,14 @@ import torch
 from study import (
     PRETRAINED,
     RESULTS,
+    TRAINED_WITH,
     first_reaching,
     median_to,
     pretraining_stage,
     record_vla_demos,
     run_once,
     run_stage,
-    side_by_side,
-    software,
-    write_page,
+    train_runs,
     write_results,
 )
 
@@ -213,9 +211,6 @@ def with_own_prerequisites(stages: list[str], trained: dict[str, dict]) -> list[
     return chain
 
 
-TRAINED_WITH = "trained_with.json"  # beside a seed's summary: the runs side by side and the software that trained it
-
-
 class SeedRun(NamedTuple):
     config: str
     seed: int
@@ -227,27 +222,11 @@ class SeedRun(NamedTuple):
         """Its run's train.name, the folder of its summary under --run-dir."""
         return f"{self.config}_seed{self.seed}"
 
-
-def train_runs(runs_to_train: list[SeedRun], runs: Path, reuse: bool, common: list[str], jobs: int) -> list[dict]:
-    """One `roborl train` per seed of every recipe, `jobs` side by side (one torch thread each) across recipes, so
-    a recipe's last seed does not leave a core idle; their summaries, in order."""
-    threads, made_by = side_by_side(jobs), software()
-
-    def trained(run: SeedRun, args: list[str]) -> dict:
-        summary = train_stage(args, runs, run.name)
-        write_page(runs / run.name / TRAINED_WITH, json.dumps({"jobs": jobs, "software": made_by}))
-        return summary
-
-    def one(run: SeedRun) -> dict:
-        args = ["train", f"configs/{run.config}.yaml", *run.start, *common, *threads, f"train.seed={run.seed}",
-                f"train.name={run.name}", f"train.max_minutes={run.minutes:g}"]
-        summary = run_once(runs, run.name, reuse, lambda: trained(run, args))
-        print(f"{run.name}: final success {summary['success_rate']:.3f}, {summary['env_steps']:,} env steps, "
-              f"{summary['wall_time_s'] / 60:.1f} min", flush=True)
-        return summary
-
-    with ThreadPoolExecutor(jobs) as pool:
-        return list(pool.map(one, runs_to_train))
+    @property
+    def args(self) -> list[str]:
+        """Its `roborl train` arguments (study.train_runs adds the run folder, name and threads)."""
+        return [f"configs/{self.config}.yaml", *self.start, f"train.seed={self.seed}",
+                f"train.max_minutes={self.minutes:g}"]
 
 
 def finished_on(runs: Path, name: str) -> str:
@@ -498,8 +477,8 @@ def main() -> None:
         kept = earlier_runs(config, began, others) if args.only_seeds else []
         planned[config] = (recipe, [SeedRun(config, seed, recipe.minutes, start) for seed in seeds], stages, began,
                            kept)
-    summaries = iter(train_runs([run for plan in planned.values() for run in plan[1]], runs, args.reuse, common,
-                                args.jobs))
+    summaries = iter(train_runs([(run.name, run.args) for plan in planned.values() for run in plan[1]], runs,
+                                args.reuse, args.jobs))
     for config, (recipe, seed_runs, stages, began, kept) in planned.items():
         new = [run_record(run.seed, next(summaries), origin=began, measured=(day := finished_on(runs, run.name)),
                           **trained_with(runs, run, day)) for run in seed_runs]

@@ -197,17 +197,25 @@ def side_by_side(jobs: int) -> list[str]:
     return ["train.threads=1", "train.update_threads=1"] if jobs > 1 else []
 
 
+TRAINED_WITH = "trained_with.json"  # beside a run's summary: the runs side by side and the software that trained it
+
+
 def train_runs(runs: list[tuple[str, list[str]]], run_dir: Path, reuse: bool, jobs: int = 1) -> list[dict]:
     """`roborl train` for each (run name, CLI arguments after `train`), `jobs` side by side (one torch thread
     each when more than one), each in its own process with its log beside its run; their summaries (a finished
-    run is read back with `reuse`)."""
-    threads = side_by_side(jobs)
+    run is read back with `reuse`). Each run it trains gets TRAINED_WITH beside it, so that a later call reusing
+    the run reports how it was trained, not how the reusing call would have trained it."""
+    threads, made_by = side_by_side(jobs), software()
+
+    def trained(name: str, cli: list[str]) -> dict:
+        run_stage(cli, run_dir / f"{name}.log")
+        write_page(run_dir / name / TRAINED_WITH, json.dumps({"jobs": jobs, "software": made_by}))
+        return json.loads((run_dir / name / "summary.json").read_text())
 
     def one(run: tuple[str, list[str]]) -> dict:
         name, args = run
         cli = ["train", *args, f"train.run_dir={run_dir}", f"train.name={name}", "train.progress=false", *threads]
-        summary = run_once(run_dir, name, reuse, lambda: run_stage(cli, run_dir / f"{name}.log") and
-                           json.loads((run_dir / name / "summary.json").read_text()))
+        summary = run_once(run_dir, name, reuse, lambda: trained(name, cli))
         print(f"{name}: final success {summary['success_rate']:.3f}, best {summary['best_success_rate']:.3f}, "
               f"{summary['env_steps']:,} env steps, {summary['wall_time_s'] / 60:.1f} min", flush=True)
         return summary

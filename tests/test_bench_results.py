@@ -240,3 +240,19 @@ def test_a_reused_run_keeps_how_it_was_trained(study, monkeypatch, tmp_path) -> 
     (tmp_path / run.name).mkdir()
     (tmp_path / run.name / recipes.TRAINED_WITH).write_text(json.dumps({"jobs": 2, "software": "roborl 0123abc"}))
     assert recipes.trained_with(tmp_path, run, "2026-12-03", tmp_path) == {"jobs": 2, "software": "roborl 0123abc"}
+
+
+def test_a_bench_run_records_how_it_was_trained_and_is_reused_as_it_is(study, tmp_path) -> None:
+    """study.train_runs trains each run in its own `roborl train` process and writes, beside its summary, the runs
+    side by side and the software; a second call with reuse reads the finished run back instead of training it."""
+    run = ("reach", ["configs/ppo_reach.yaml", "env.num_envs=8", "train.rollout_steps=10", "train.total_steps=160",
+                     "train.eval_episodes=8", "train.video=false"])
+    [summary] = study.train_runs([run], tmp_path, reuse=False, jobs=2)
+    assert summary["finished"] and summary["env_steps"] == 160
+    assert (tmp_path / "reach.log").is_file()
+    recorded = json.loads((tmp_path / "reach" / study.TRAINED_WITH).read_text())
+    assert recorded == {"jobs": 2, "software": study.software()}
+    finished = (tmp_path / "reach" / "summary.json").stat().st_mtime_ns
+    assert study.train_runs([run], tmp_path, reuse=True, jobs=1) == [summary]
+    assert (tmp_path / "reach" / "summary.json").stat().st_mtime_ns == finished
+    assert json.loads((tmp_path / "reach" / study.TRAINED_WITH).read_text()) == recorded
