@@ -13,10 +13,14 @@ seed 0 and shared by all seeds. A recipe whose simulator or device is missing he
 Usage: python bench/recipes.py [--recipes NAME ...] [--run-dir runs/recipes] [--jobs 2] [--reuse]
        [--only-seeds S ...] [--seeds N] [--max-minutes M]   (--seeds and --max-minutes for smoke tests only: the
        page says so)
+       python bench/recipes.py --recipes NAME ... --rescore   (trains nothing: the rows again from the runs the
+       page's JSON holds, against the bars RECIPES states now)
 A card longer than one sitting is measured in parts: `--only-seeds 0 1` now, `--only-seeds 2` later. Each part
 trains the recipe's prerequisites again and takes the other seeds from docs/results/recipes.json only where they
 started from the same prerequisite weights (a sha256 of their tensors) and the same config; the row says which
-seeds are still to run until all are in.
+seeds are still to run until all are in. Trained twice on one machine a prerequisite comes out bit-identical; on
+another machine it may not (same code, config, torch and MuJoCo, other weights), and the later part is then refused:
+the card is trained again in one call.
 Each seed runs at most its recipe's budget (RECIPES: 10–40 minutes for the MuJoCo recipes, 10–120 for the VLA
 ones, 75 for ManiSkill's PushCube), and most end sooner at their `train.total_steps` or `train.stop_at_success`.
 All of them on 2 CPU cores: at most about 31 hours for the MuJoCo recipes (5 seeds), 36 for the VLA ones and 5
@@ -115,7 +119,8 @@ RECIPES: dict[str, Recipe] = {
     "ppo_flow_vla_fewshot": Recipe(3, 0.50, 120),  # as the VLAs' bars, from its first card: 0.56 [0.52, 0.58]
     "grpo_flow_vla_fewshot": Recipe(3, 0.55, 120),  # 0.58 [0.56, 0.60]
     "ppo_token_vla_fewshot": Recipe(3, 0.45, 120),  # 0.54 [0.46, 0.58]
-    "grpo_token_vla_fewshot": Recipe(3, None, 120),
+    "grpo_token_vla_fewshot": Recipe(3, 0.50, 120),  # 0.55 [0.52, 0.58] over seeds 0 and 1: seed 2, measured
+    #                                                  apart, started from other SFT weights (module docstring)
     "ppo_flow_state": Recipe(3, 0.70, 10),  # as the VLAs' bars, from its first card: 0.75 [0.73, 0.77]
     "grpo_flow_state": Recipe(3, 0.50, 10),  # 0.60 [0.52, 0.67]
     "ppo_maniskill_pushcube": Recipe(3, 0.90, 75),  # docs/guides/simulators.md: stops at 90% or after 75 minutes
@@ -316,6 +321,20 @@ def card(config: str, recipe: Recipe, runs: list[dict]) -> dict:
                       "minutes_to_threshold": r[1] / 60 if r else None} for run, r in zip(runs, reached)]}
 
 
+def rescored(configs: list[str], results: Path = RESULTS) -> list[dict]:
+    """The rows of `configs` scored again from the runs the page's JSON holds, against RECIPES' bars as they are now
+    (a bar stated after its seeds ran), each with the prerequisites it started from; nothing is trained."""
+    data = results / "recipes.json"
+    rows = {row["recipe"]: row for row in json.loads(data.read_text())["rows"]} if data.is_file() else {}
+    if missing := [config for config in configs if not rows.get(config, {}).get("runs")]:
+        raise SystemExit(f"{data} holds no runs of {', '.join(missing)}: measure them first "
+                         f"(python bench/recipes.py --recipes {' '.join(missing)})")
+    kept = ("env_steps_to_threshold", "minutes_to_threshold")  # card() works these out again from the new bar
+    return [{**card(config, RECIPES[config], [{k: v for k, v in run.items() if k not in kept}
+                                              for run in rows[config]["runs"]]),
+             "prerequisites": rows[config].get("prerequisites", {})} for config in configs]
+
+
 def prerequisite_evals(evals: dict[str, list[str]]) -> str:
     """A stage's best eval, or its evals with the recipes that started from each where calls trained it apart."""
     if len(evals) == 1:
@@ -436,6 +455,19 @@ def seeds_line(rows: list[dict], override: int | None) -> str:
     return f"training seeds per recipe: {per}{note}; each BC / SFT prerequisite once, seed 0"
 
 
+def write_cards(rows: list[dict], args: argparse.Namespace, trained: dict[str, dict]) -> None:
+    """The page with this call's rows beside the earlier calls' (merged_with_earlier), its JSON and its plot."""
+    rows = merged_with_earlier(rows, args)
+    measured = {row["recipe"] + (f" ({seeds_label(row)} seeds)" if row.get("missing_seeds") else ""): row["mean"]
+                for row in rows if "mean" in row}
+    write_results("recipes", "Recipe cards: every shipped recipe over training seeds", markdown(rows, args, trained),
+                  {"rows": rows, "prerequisites": trained,
+                   "overridden": {"seeds": args.seeds, "max_minutes": args.max_minutes}},
+                  seeds=seeds_line(rows, args.seeds), bars=measured or None,
+                  plot_title="Mean final deterministic eval success over training seeds",
+                  bar_label="mean final success")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES), metavar="NAME")
@@ -447,9 +479,18 @@ def main() -> None:
                         "(a card measured in parts)")
     p.add_argument("--seeds", type=int, default=None, help="seeds per recipe instead of its own (smoke tests)")
     p.add_argument("--max-minutes", type=float, default=None, help="every run's budget (smoke tests)")
+    p.add_argument("--rescore", action="store_true",
+                   help="train nothing: score the rows of --recipes again from the runs docs/results/recipes.json "
+                        "holds, against the bars RECIPES states now")
     args = p.parse_args()
     if args.only_seeds and (args.seeds or args.max_minutes):
         p.error("--only-seeds measures part of a recipe's own card: leave out --seeds and --max-minutes")
+    if args.rescore and (args.only_seeds or args.seeds or args.max_minutes or args.reuse):
+        p.error("--rescore trains nothing: leave out --only-seeds, --seeds, --max-minutes and --reuse")
+    if args.rescore:
+        page = json.loads((RESULTS / "recipes.json").read_text()) if (RESULTS / "recipes.json").is_file() else {}
+        write_cards(rescored(args.recipes), args, page.get("prerequisites", {}))
+        return
     runs = Path(args.run_dir).resolve()
     runs.mkdir(parents=True, exist_ok=True)
     common = ["train.progress=false", f"train.run_dir={runs}"]
@@ -484,15 +525,7 @@ def main() -> None:
                           **trained_with(runs, run, day)) for run in seed_runs]
         rows.append({**card(config, recipe, kept + new), "prerequisites": {
             stage: trained[stage]["best_success_rate"] for stage in with_own_prerequisites(stages, trained)}})
-    rows = merged_with_earlier(rows, args)
-    measured = {row["recipe"] + (f" ({seeds_label(row)} seeds)" if row.get("missing_seeds") else ""): row["mean"]
-                for row in rows if "mean" in row}
-    write_results("recipes", "Recipe cards: every shipped recipe over training seeds", markdown(rows, args, trained),
-                  {"rows": rows, "prerequisites": trained,
-                   "overridden": {"seeds": args.seeds, "max_minutes": args.max_minutes}},
-                  seeds=seeds_line(rows, args.seeds), bars=measured or None,
-                  plot_title="Mean final deterministic eval success over training seeds",
-                  bar_label="mean final success")
+    write_cards(rows, args, trained)
 
 
 if __name__ == "__main__":

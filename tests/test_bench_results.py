@@ -256,3 +256,31 @@ def test_a_bench_run_records_how_it_was_trained_and_is_reused_as_it_is(study, tm
     assert study.train_runs([run], tmp_path, reuse=True, jobs=1) == [summary]
     assert (tmp_path / "reach" / "summary.json").stat().st_mtime_ns == finished
     assert json.loads((tmp_path / "reach" / study.TRAINED_WITH).read_text()) == recorded
+
+
+def test_rescoring_a_card_counts_its_stored_runs_against_the_bar_stated_now(study, monkeypatch, tmp_path) -> None:
+    """A bar stated after a card's seeds ran: --rescore scores the runs the page's JSON holds against it (seeds
+    reaching it, steps and minutes to it), trains nothing, keeps each row's prerequisites, and refuses a recipe the
+    page holds no runs of."""
+    monkeypatch.setattr(sys, "argv", ["bench/recipes.py"])
+    import recipes
+
+    name = "grpo_token_vla_fewshot"
+    histories = [[[0, 0.0, 0.4], [1000, 60.0, 0.56], [2000, 120.0, 0.58]],
+                 [[0, 0.0, 0.38], [1000, 60.0, 0.46], [2000, 120.0, 0.52]]]
+    runs = [recipes.run_record(seed, {"success_rate": h[-1][2], "best_success_rate": max(e[2] for e in h),
+                                      "env_steps": 2000, "wall_time_s": 120.0, "eval_history": h}, jobs=2)
+            for seed, h in enumerate(histories)]
+    unstated = {**recipes.card(name, recipes.Recipe(3, None, 120), runs), "prerequisites": {"sft_token_vla_fewshot": 0.42}}
+    assert unstated["reached"] is None and unstated["missing_seeds"] == [2]
+    (tmp_path / "recipes.json").write_text(json.dumps({"rows": [unstated]}))
+    monkeypatch.setitem(recipes.RECIPES, name, recipes.Recipe(3, 0.50, 120))
+    [row] = recipes.rescored([name], tmp_path)
+    assert row["threshold"] == 0.50 and row["reached"] == 2
+    assert [run["env_steps_to_threshold"] for run in row["runs"]] == [1000, 2000]
+    assert row["median_env_steps_to_threshold"] == 1500 and row["final_success"] == [0.58, 0.52]
+    assert row["prerequisites"] == {"sft_token_vla_fewshot": 0.42} and row["missing_seeds"] == [2]
+    monkeypatch.setitem(recipes.RECIPES, name, recipes.Recipe(3, 0.55, 120))
+    assert recipes.rescored([name], tmp_path)[0]["reached"] == 1
+    with pytest.raises(SystemExit, match="holds no runs of ppo_push: measure them first"):
+        recipes.rescored(["ppo_push"], tmp_path)
