@@ -420,7 +420,8 @@ def markdown(rows: list[dict], args: argparse.Namespace, trained: dict[str, dict
                f"{' '.join(map(str, row['missing_seeds']))}`)" for row in rows if row.get("missing_seeds")]
     if partial:
         lines += ["", "Not all seeds measured yet (a row of \"k of n\" seeds counts the seeds measured; its other "
-                  "seeds, each started from the same prerequisite weights and config, join it when they have run): " +
+                  "seeds join it when they have run from the same prerequisite weights and config; where the "
+                  "prerequisites train to other weights, the whole card is trained again in one call): " +
                   "; ".join(partial) + "."]
     missing = [name for name in RECIPES if name not in {row["recipe"] for row in rows}]
     not_run = [f"{row['recipe']}: {row['not_run']}" for row in rows if "not_run" in row]
