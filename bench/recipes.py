@@ -280,15 +280,23 @@ def trained_with(runs: Path, run: SeedRun, measured: str, results: Path = RESULT
                  if earlier["seed"] == run.seed and earlier.get("measured") == measured), {})
 
 
+def differs(then: dict, now: dict) -> str:
+    """What a run's recorded start (`origin`) has that `now` has not: each prerequisite's other weights, the config."""
+    parts = [f"{stage} {then.get('start', {}).get(stage, 'none')[:8]}… then, {weights[:8]}… now"
+             for stage, weights in now["start"].items() if then.get("start", {}).get(stage) != weights]
+    return "; ".join(parts + (["another config"] if then.get("config_sha256") != now["config_sha256"] else []))
+
+
 def earlier_runs(config: str, start: dict, seeds: list[int], results: Path = RESULTS) -> list[dict]:
     """The runs of `seeds` the page's JSON holds for `config`, refused in one line where they started from other
     weights or another config than `start` (their prerequisites were trained again to other weights, or the config
-    changed since): such seeds do not make one card."""
+    changed): such seeds do not make one card."""
     runs = [run for run in page_runs(config, results) if run["seed"] in seeds]
-    if other := [run["seed"] for run in runs if run.get("origin") != start]:
-        raise SystemExit(f"{results / 'recipes.json'}'s seed(s) {', '.join(map(str, other))} of {config} did not start from the "
-                         "prerequisite weights and config this call starts from (the prerequisites trained again to "
-                         "other weights, or the config changed): train all its seeds in one call, without --only-seeds")
+    if other := [run for run in runs if run.get("origin") != start]:
+        raise SystemExit(f"{results / 'recipes.json'}'s seed(s) {', '.join(str(run['seed']) for run in other)} of "
+                         f"{config} did not start from the prerequisite weights and config this call starts from "
+                         f"({differs(other[0].get('origin') or {}, start)}): train all its seeds in one call, without "
+                         "--only-seeds (prerequisites trained again on another machine can come out as other weights)")
     return runs
 
 

@@ -131,8 +131,11 @@ def test_a_card_measured_in_parts_joins_seeds_that_started_alike(study, monkeypa
     assert whole["final_success"] == [0.5, 0.6, 0.7] and whole["measured"] == "2026-12-03"
     assert whole["jobs"] == "2, 2, 1"
     assert not any(line.startswith("Not all seeds") for line in recipes.markdown([whole], args, {}))
-    with pytest.raises(SystemExit, match=rf"seed\(s\) 0, 1 of {name} did not start from the prerequisite weights"):
-        recipes.earlier_runs(name, {**start, "start": {"sft_flow_vla_fewshot": "other"}}, [0, 1], results=tmp_path)
+    with pytest.raises(SystemExit, match=rf"seed\(s\) 0, 1 of {name} did not start from the prerequisite weights "
+                       r"and config this call starts from \(sft_flow_vla_fewshot w… then, 0123abcd… now\)"):
+        recipes.earlier_runs(name, {**start, "start": {"sft_flow_vla_fewshot": "0123abcdef"}}, [0, 1], results=tmp_path)
+    with pytest.raises(SystemExit, match=r"\(another config\)"):
+        recipes.earlier_runs(name, {**start, "config_sha256": "d"}, [0, 1], results=tmp_path)
 
 
 def test_a_stage_trained_apart_for_two_cards_is_listed_with_each_cards_start(study, monkeypatch) -> None:
