@@ -1,6 +1,8 @@
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -11,6 +13,14 @@ def roborl(*args: str, cwd: Path | None = None, timeout: float = 300) -> subproc
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.run([sys.executable, "-m", "roborl.cli", *args], cwd=cwd or ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Polls `predicate` until it holds; fails the test naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 def roborl_in_process(*args: str) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from helpers import ROOT, roborl_in_process
+from helpers import ROOT, roborl_in_process, wait_until
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from roborl.checkpoint import Checkpoint
@@ -119,10 +119,10 @@ def test_sigterm_saves_the_run_where_it_stands(tmp_path):
          "env.num_envs=8", "train.rollout_steps=10", "train.total_steps=800000", "train.save_every=100000",
          "train.eval_every=100000", "train.video=false", "train.progress=false"], cwd=ROOT,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 120
-    while time.time() < deadline and not (run / "clock.json").exists():
-        time.sleep(0.05)
-    time.sleep(1.0)
+    clock = run / "clock.json"  # written (atomically) at the end of every iteration
+    wait_until(clock.exists, 120, "the run's first iteration")
+    first = clock.read_text()
+    wait_until(lambda: clock.read_text() != first, 120, "the run's second iteration")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 0, proc.stderr.read().decode()[-2000:]
     summary = json.loads((run / "summary.json").read_text())

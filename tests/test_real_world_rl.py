@@ -8,14 +8,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import torch
 import yaml
 from deploy_helpers import running_twin
-from helpers import ROOT
+from helpers import ROOT, wait_until
 
 from roborl.checkpoint import Checkpoint
 from roborl.config import config_from_dict
@@ -64,13 +63,6 @@ def absorbed(checkpoint) -> int:
     if not checkpoint.exists():
         return 0
     return Checkpoint(checkpoint).trainer_state["collector"]["rows"]
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def test_actor_and_learner_survive_each_others_kills(twin, tmp_path):
