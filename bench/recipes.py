@@ -261,11 +261,15 @@ def origin(config: str, runs: Path, stages: list[str]) -> dict:
                       for stage in stages}}
 
 
+def page_data(results: Path = RESULTS) -> dict:
+    """The page's JSON as the last call wrote it ({} before the first)."""
+    data = results / "recipes.json"
+    return json.loads(data.read_text()) if data.is_file() else {}
+
+
 def page_runs(config: str, results: Path = RESULTS) -> list[dict]:
     """The seeds' runs the page's JSON holds for `config`."""
-    data = results / "recipes.json"
-    rows = json.loads(data.read_text())["rows"] if data.is_file() else []
-    return [run for row in rows if row["recipe"] == config for run in row.get("runs", [])]
+    return [run for row in page_data(results).get("rows", []) if row["recipe"] == config for run in row.get("runs", [])]
 
 
 def trained_with(runs: Path, run: SeedRun, measured: str, results: Path = RESULTS) -> dict:
@@ -282,8 +286,9 @@ def trained_with(runs: Path, run: SeedRun, measured: str, results: Path = RESULT
 
 def differs(then: dict, now: dict) -> str:
     """What a run's recorded start (`origin`) has that `now` has not: each prerequisite's other weights, the config."""
-    parts = [f"{stage} {then.get('start', {}).get(stage, 'none')[:8]}… then, {weights[:8]}… now"
-             for stage, weights in now["start"].items() if then.get("start", {}).get(stage) != weights]
+    before = then.get("start", {})
+    parts = [f"{stage} {before.get(stage, 'none')[:8]}… then, {weights[:8]}… now"
+             for stage, weights in now["start"].items() if before.get(stage) != weights]
     return "; ".join(parts + (["another config"] if then.get("config_sha256") != now["config_sha256"] else []))
 
 
@@ -332,13 +337,12 @@ def card(config: str, recipe: Recipe, runs: list[dict]) -> dict:
 def rescored(configs: list[str], results: Path = RESULTS) -> list[dict]:
     """The rows of `configs` scored again from the runs the page's JSON holds, against RECIPES' bars as they are now
     (a bar stated after its seeds ran), each with the prerequisites it started from; nothing is trained."""
-    data = results / "recipes.json"
-    rows = {row["recipe"]: row for row in json.loads(data.read_text())["rows"]} if data.is_file() else {}
+    rows = {row["recipe"]: row for row in page_data(results).get("rows", [])}
     if missing := [config for config in configs if not rows.get(config, {}).get("runs")]:
-        raise SystemExit(f"{data} holds no runs of {', '.join(missing)}: measure them first "
+        raise SystemExit(f"{results / 'recipes.json'} holds no runs of {', '.join(missing)}: measure them first "
                          f"(python bench/recipes.py --recipes {' '.join(missing)})")
-    kept = ("env_steps_to_threshold", "minutes_to_threshold")  # card() works these out again from the new bar
-    return [{**card(config, RECIPES[config], [{k: v for k, v in run.items() if k not in kept}
+    derived = ("env_steps_to_threshold", "minutes_to_threshold")  # card() works these out again from the new bar
+    return [{**card(config, RECIPES[config], [{k: v for k, v in run.items() if k not in derived}
                                               for run in rows[config]["runs"]]),
              "prerequisites": rows[config].get("prerequisites", {})} for config in configs]
 
@@ -446,11 +450,8 @@ def merged_with_earlier(rows: list[dict], args: argparse.Namespace) -> list[dict
     measured and this one did not (from docs/results/recipes.json), in the order of RECIPES: the page grows one
     recipe at a time. A smoke call (--seeds / --max-minutes) keeps no earlier rows."""
     rows = sorted(rows, key=lambda row: list(RECIPES).index(row["recipe"]))
-    earlier = RESULTS / "recipes.json"
-    if args.seeds or args.max_minutes or not earlier.is_file():
-        return rows
-    data = json.loads(earlier.read_text())
-    if any(data.get("overridden", {}).values()):
+    data = page_data()
+    if args.seeds or args.max_minutes or not data or any(data.get("overridden", {}).values()):
         return rows
     mine = {row["recipe"]: row for row in data["rows"] if row["recipe"] in RECIPES}
     mine.update({row["recipe"]: row for row in rows})
@@ -494,11 +495,10 @@ def main() -> None:
     args = p.parse_args()
     if args.only_seeds and (args.seeds or args.max_minutes):
         p.error("--only-seeds measures part of a recipe's own card: leave out --seeds and --max-minutes")
-    if args.rescore and (args.only_seeds or args.seeds or args.max_minutes or args.reuse):
-        p.error("--rescore trains nothing: leave out --only-seeds, --seeds, --max-minutes and --reuse")
     if args.rescore:
-        page = json.loads((RESULTS / "recipes.json").read_text()) if (RESULTS / "recipes.json").is_file() else {}
-        write_cards(rescored(args.recipes), args, page.get("prerequisites", {}))
+        if args.only_seeds or args.seeds or args.max_minutes or args.reuse:
+            p.error("--rescore trains nothing: leave out --only-seeds, --seeds, --max-minutes and --reuse")
+        write_cards(rescored(args.recipes), args, page_data().get("prerequisites", {}))
         return
     runs = Path(args.run_dir).resolve()
     runs.mkdir(parents=True, exist_ok=True)
