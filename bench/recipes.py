@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -273,13 +274,13 @@ def page_runs(config: str, results: Path = RESULTS) -> list[dict]:
 
 
 def trained_with(runs: Path, run: SeedRun, measured: str, results: Path = RESULTS) -> dict:
-    """How a seed's run was trained (the runs side by side, the software), as `train_runs` wrote it beside the run;
-    for a run trained before it did, as the page's JSON recorded it then (same seed, same date); {} if neither.
-    A run --reuse takes keeps these, not the reusing call's."""
+    """How and where a seed's run was trained (the runs side by side, the software, the machine), as `train_runs`
+    wrote it beside the run; for a run trained before it did, as the page's JSON recorded it then (same seed, same
+    date); {} if neither. A run --reuse takes keeps these, not the reusing call's."""
     path = runs / run.name / TRAINED_WITH
     if path.is_file():
         return json.loads(path.read_text())
-    return next(({key: earlier[key] for key in ("jobs", "software") if key in earlier}
+    return next(({key: earlier[key] for key in ("jobs", "software", "hardware") if key in earlier}
                  for earlier in page_runs(run.config, results)
                  if earlier["seed"] == run.seed and earlier.get("measured") == measured), {})
 
@@ -366,10 +367,31 @@ def seeds_label(row: dict) -> str:
     return f"{len(row['seeds'])} of {len(row['seeds']) + len(missing)}" if missing else f"{len(row['seeds'])}"
 
 
+def machine(hardware: str) -> str:
+    """A machine as a row names it: its CPU (and its GPU where it has one), without the trademark signs."""
+    cpu, *_, gpu = hardware.split(", ")
+    return re.sub(r"\((R|TM)\)", "", cpu) + ("" if gpu == "no GPU" else f" + {gpu}")
+
+
+def machines(row: dict) -> str:
+    """The machines a row's seeds trained on (— for a run that did not record its machine)."""
+    return ", ".join(dict.fromkeys(machine(run["hardware"]) if "hardware" in run else "—"
+                                   for run in row.get("runs", []))) or "—"
+
+
+def machines_line(rows: list[dict]) -> str:
+    """The page's hardware line: each machine the rows name, in full."""
+    runs = [run for row in rows for run in row.get("runs", [])]
+    named = [f"{machine(h)} = {h}" for h in dict.fromkeys(run["hardware"] for run in runs if "hardware" in run)]
+    unnamed = ["— = not recorded"] if any("hardware" not in run for run in runs) else []
+    return "each row's `machine`: " + "; ".join(named + unnamed)
+
+
 def table_row(row: dict) -> str:
     budget = f"{row['budget_minutes']:g} min"
     threshold = f"≥ {row['threshold']:.2f} in {budget}" if row["threshold"] is not None else f"none stated ({budget})"
-    head = f"| {row['recipe']} | {row.get('measured', '—')} | {row.get('jobs', '—')} | {seeds_label(row)} | {threshold}"
+    head = (f"| {row['recipe']} | {row.get('measured', '—')} | {machines(row)} | {row.get('jobs', '—')} | "
+            f"{seeds_label(row)} | {threshold}")
     if "not_run" in row:
         return head + f" | not run: {row['not_run']} | — | — | — | — | — |"
     reached = f"{row['reached']}/{len(row['seeds'])}" if row["reached"] is not None else "—"
@@ -380,6 +402,11 @@ def table_row(row: dict) -> str:
             + ", ".join(f"{s:.2f}" for s in row["final_success"]) + " |")
 
 
+def side_by_side_as(row: dict) -> list[str]:
+    """The --jobs a row's seeds ran with, where more than one: its minutes hold only with as many runs at a time."""
+    return [f"--jobs={row['jobs']}"] if isinstance(row.get("jobs"), int) and row["jobs"] > 1 else []
+
+
 def markdown(rows: list[dict], args: argparse.Namespace, trained: dict[str, dict]) -> list[str]:
     """The table, what its columns mean, the prerequisites, the command reproducing each row and what was not run."""
     lines = ["Final success: each run's last deterministic eval (`success_rate` of its summary.json, the config's "
@@ -387,12 +414,13 @@ def markdown(rows: list[dict], args: argparse.Namespace, trained: dict[str, dict
              "their 95% percentile-bootstrap CIs (roborl/stats.py). Threshold: the eval success the documentation "
              "says the recipe reaches (— where it states none), within the budget every seed ran under "
              "(`train.max_minutes`). Reached: seeds whose eval reached the threshold. The medians count a seed that "
-             "never reached it as never (— when the median seed did not); minutes are each run's wall time on this "
-             "machine, with as many runs side by side as the row says (`--jobs`: runs at a time, each on one torch "
-             "thread). Per-seed final success in the order of the seeds (0, 1, …).", "",
-             "| recipe | measured | runs at a time | seeds | threshold | reached (k/n) | final success IQM [95% CI] | "
-             "mean [95% CI] | median env steps to threshold | median minutes to threshold | per-seed final success |",
-             "|---|---|---|---|---|---|---|---|---|---|---|", *map(table_row, rows)]
+             "never reached it as never (— when the median seed did not); minutes are each run's wall time on the "
+             "row's machine (the CPU its seeds trained on; the page's hardware line names each in full), with as "
+             "many runs side by side as the row says (`--jobs`: runs at a time, each on one torch thread). Per-seed "
+             "final success in the order of the seeds (0, 1, …).", "",
+             "| recipe | measured | machine | runs at a time | seeds | threshold | reached (k/n) | final success IQM "
+             "[95% CI] | mean [95% CI] | median env steps to threshold | median minutes to threshold | per-seed final "
+             "success |", "|---|---|---|---|---|---|---|---|---|---|---|---|", *map(table_row, rows)]
     baselines = [f"{row['recipe']} (against {BASELINES[row['recipe']]})" for row in rows if row["recipe"] in BASELINES]
     if baselines:
         lines += ["", "Baselines, not recipes to use: " + ", ".join(baselines) + " train on the task's own sparse "
@@ -425,8 +453,9 @@ def markdown(rows: list[dict], args: argparse.Namespace, trained: dict[str, dict
     extra = ([f"--seeds={args.seeds}"] if args.seeds else []) + ([f"--max-minutes={args.max_minutes:g}"]
                                                                  if args.max_minutes else [])
     lines += ["", "Each row again:", ""]
-    lines += [f"- {row['recipe']}: `{shlex.join(['python', 'bench/recipes.py', '--recipes', row['recipe'], *extra])}`"
-              for row in rows]
+    again = {row["recipe"]: shlex.join(["python", "bench/recipes.py", "--recipes", row["recipe"], *extra,
+                                        *side_by_side_as(row)]) for row in rows}
+    lines += [f"- {name}: `{command}`" for name, command in again.items()]
     partial = [f"{row['recipe']}: seed {', '.join(map(str, row['missing_seeds']))} "
                f"(`python bench/recipes.py --recipes {row['recipe']} --only-seeds "
                f"{' '.join(map(str, row['missing_seeds']))}`)" for row in rows if row.get("missing_seeds")]
@@ -475,7 +504,7 @@ def write_cards(rows: list[dict], args: argparse.Namespace, trained: dict[str, d
                    "overridden": {"seeds": args.seeds, "max_minutes": args.max_minutes}},
                   seeds=seeds_line(rows, args.seeds), bars=measured or None,
                   plot_title="Mean final deterministic eval success over training seeds",
-                  bar_label="mean final success")
+                  bar_label="mean final success", machines=machines_line(rows))
 
 
 def main() -> None:

@@ -115,12 +115,13 @@ def software() -> str:
 
 def write_results(name: str, title: str, lines: list[str], data: dict, seeds: str,
                   curves: dict | None = None, bars: dict[str, float] | None = None, plot_title: str = "",
-                  bar_label: str = "", out: Path = RESULTS, xlabel: str = "env steps") -> Path:
+                  bar_label: str = "", out: Path = RESULTS, xlabel: str = "env steps", machines: str = "") -> Path:
     """Prints the table and writes `out/name.md` (the page), `name.json` (the data and how it was measured) and
-    `name.png` (learning `curves`, or `bars`); then rewrites `out/index.md`, the list of the pages."""
+    `name.png` (learning `curves`, or `bars`); then rewrites `out/index.md`, the list of the pages. `machines`, where
+    the page's rows were measured on other machines than this one (a page that grows over calls), says which."""
     command = shlex.join(["python", f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]])
     meta = {"command": command, "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "hardware": hardware(), "software": software(), "seeds": seeds}
+            "hardware": machines or hardware(), "software": software(), "seeds": seeds}
     out.mkdir(parents=True, exist_ok=True)
     if curves:
         plot_curves(out / f"{name}.png", curves, plot_title or title, xlabel=xlabel)
@@ -197,19 +198,20 @@ def side_by_side(jobs: int) -> list[str]:
     return ["train.threads=1", "train.update_threads=1"] if jobs > 1 else []
 
 
-TRAINED_WITH = "trained_with.json"  # beside a run's summary: the runs side by side and the software that trained it
+TRAINED_WITH = "trained_with.json"  # beside a run's summary: the runs side by side, the software and the machine that
+#                                    trained it
 
 
 def train_runs(runs: list[tuple[str, list[str]]], run_dir: Path, reuse: bool, jobs: int = 1) -> list[dict]:
     """`roborl train` for each (run name, CLI arguments after `train`), `jobs` side by side (one torch thread
     each when more than one), each in its own process with its log beside its run; their summaries (a finished
     run is read back with `reuse`). Each run it trains gets TRAINED_WITH beside it, so that a later call reusing
-    the run reports how it was trained, not how the reusing call would have trained it."""
-    threads, made_by = side_by_side(jobs), software()
+    the run reports how and where it was trained, not how the reusing call would have trained it."""
+    threads, made_by, machine = side_by_side(jobs), software(), hardware()
 
     def trained(name: str, cli: list[str]) -> dict:
         run_stage(cli, run_dir / f"{name}.log")
-        write_page(run_dir / name / TRAINED_WITH, json.dumps({"jobs": jobs, "software": made_by}))
+        write_page(run_dir / name / TRAINED_WITH, json.dumps({"jobs": jobs, "software": made_by, "hardware": machine}))
         return json.loads((run_dir / name / "summary.json").read_text())
 
     def one(run: tuple[str, list[str]]) -> dict:

@@ -67,7 +67,32 @@ def test_a_recipe_card_keeps_the_runs_at_a_time_it_was_measured_with(study, monk
             for name, jobs in (("ppo_reach", 1), ("ppo_push", 2))]
     args = recipes.argparse.Namespace(jobs=2, seeds=None, max_minutes=None)
     table = [line for line in recipes.markdown(rows, args, {}) if line.startswith("| ppo_")]
-    assert [line.split(" | ")[2] for line in table] == ["1", "2"]
+    assert [line.split(" | ")[3] for line in table] == ["1", "2"]
+
+
+def test_a_recipe_card_names_the_machine_each_row_trained_on(study, monkeypatch) -> None:
+    """A page that grows over calls holds rows trained on other machines than the one writing it: each row names
+    the CPU its seeds trained on (— where a run did not record it), the hardware line names each in full, and a row
+    trained with runs side by side is reproduced with as many."""
+    monkeypatch.setattr(sys, "argv", ["bench/recipes.py"])
+    import recipes
+
+    summary = {"success_rate": 0.9, "best_success_rate": 0.9, "env_steps": 1000, "wall_time_s": 60.0,
+               "eval_history": [[0, 0.0, 0.1], [1000, 60.0, 0.9]]}
+    amd, intel = "AMD EPYC, 2 cores, 24 GiB, no GPU", "Intel(R) Xeon(R) Processor, 2 cores, 24 GiB, no GPU"
+    rows = [recipes.card(name, recipes.RECIPES[name], [recipes.run_record(seed, summary, jobs=jobs, **machine)
+                                                       for seed in range(3)])
+            for name, jobs, machine in (("ppo_reach", 1, {"hardware": amd}), ("ppo_push", 2, {"hardware": intel}),
+                                        ("ppo_pickplace", 1, {}))]
+    args = recipes.argparse.Namespace(jobs=1, seeds=None, max_minutes=None)
+    lines = recipes.markdown(rows, args, {})
+    table = [line for line in lines if line.startswith("| ppo_")]
+    assert [line.split(" | ")[2] for line in table] == ["AMD EPYC", "Intel Xeon Processor", "—"]
+    assert recipes.machines_line(rows) == (f"each row's `machine`: AMD EPYC = {amd}; Intel Xeon Processor = {intel}; "
+                                           "— = not recorded")
+    assert "- ppo_push: `python bench/recipes.py --recipes ppo_push --jobs=2`" in lines
+    assert "- ppo_reach: `python bench/recipes.py --recipes ppo_reach`" in lines
+    assert recipes.machine("AMD EPYC, 16 cores, 128 GiB, NVIDIA H200") == "AMD EPYC + NVIDIA H200"
 
 
 def test_a_baseline_row_is_said_to_be_one(study, monkeypatch) -> None:
@@ -121,7 +146,7 @@ def test_a_card_measured_in_parts_joins_seeds_that_started_alike(study, monkeypa
     assert part["seeds"] == [0, 1] and part["missing_seeds"] == [2]
     args = recipes.argparse.Namespace(jobs=2, seeds=None, max_minutes=None)
     lines = recipes.markdown([part], args, {})
-    assert [line.split(" | ")[3] for line in lines if line.startswith(f"| {name}")] == ["2 of 3"]
+    assert [line.split(" | ")[4] for line in lines if line.startswith(f"| {name}")] == ["2 of 3"]
     assert any(f"--recipes {name} --only-seeds 2`" in line for line in lines if line.startswith("Not all seeds"))
     (tmp_path / "recipes.json").write_text(json.dumps({"rows": [part]}))
 
@@ -229,16 +254,17 @@ def test_a_card_lists_each_prerequisite_after_the_stage_it_was_trained_from(stud
 
 
 def test_a_reused_run_keeps_how_it_was_trained(study, monkeypatch, tmp_path) -> None:
-    """--reuse takes a finished run as it is: its runs side by side and software are the ones that trained it (beside
+    """--reuse takes a finished run as it is: its runs side by side, software and machine are the ones that trained it (beside
     the run, or on the page for a run trained before that), not the reusing call's."""
     monkeypatch.setattr(sys, "argv", ["bench/recipes.py"])
     import recipes
 
     run = recipes.SeedRun("ppo_push", 1, 20, [])
     (tmp_path / "recipes.json").write_text(json.dumps({"rows": [{"recipe": "ppo_push", "runs": [
-        {"seed": 1, "measured": "2026-12-03", "jobs": 1, "software": "roborl abc1234"},
+        {"seed": 1, "measured": "2026-12-03", "jobs": 1, "software": "roborl abc1234", "hardware": "AMD EPYC"},
         {"seed": 2, "measured": "2026-12-04", "jobs": 2, "software": "roborl def5678"}]}]}))
-    assert recipes.trained_with(tmp_path, run, "2026-12-03", tmp_path) == {"jobs": 1, "software": "roborl abc1234"}
+    assert recipes.trained_with(tmp_path, run, "2026-12-03", tmp_path) == {"jobs": 1, "software": "roborl abc1234",
+                                                                          "hardware": "AMD EPYC"}
     assert recipes.trained_with(tmp_path, run, "2026-12-05", tmp_path) == {}  # trained again since: not that record
     (tmp_path / run.name).mkdir()
     (tmp_path / run.name / recipes.TRAINED_WITH).write_text(json.dumps({"jobs": 2, "software": "roborl 0123abc"}))
@@ -254,7 +280,7 @@ def test_a_bench_run_records_how_it_was_trained_and_is_reused_as_it_is(study, tm
     assert summary["finished"] and summary["env_steps"] == 160
     assert (tmp_path / "reach.log").is_file()
     recorded = json.loads((tmp_path / "reach" / study.TRAINED_WITH).read_text())
-    assert recorded == {"jobs": 2, "software": study.software()}
+    assert recorded == {"jobs": 2, "software": study.software(), "hardware": study.hardware()}
     finished = (tmp_path / "reach" / "summary.json").stat().st_mtime_ns
     assert study.train_runs([run], tmp_path, reuse=True, jobs=1) == [summary]
     assert (tmp_path / "reach" / "summary.json").stat().st_mtime_ns == finished
