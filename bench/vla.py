@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
-from study import RESULTS, pretraining_stage, record_vla_demos, run_stage, side_by_side, write_results
+from study import RESULTS, hardware, pretraining_stage, record_vla_demos, run_stage, side_by_side, write_results
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from roborl.config import load_config
@@ -115,7 +115,8 @@ def main() -> None:
     common = [f"train.run_dir={runs}", "train.progress=false", *a.overrides]
     rows = []
     measured = {"command": shlex.join(["python", "bench/vla.py", *sys.argv[1:]]),
-                "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "episodes": a.episodes}
+                "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "episodes": a.episodes,
+                "hardware": hardware()}
     for family in a.families:
         sft_name = f"sft_{family}"
         try:
@@ -151,7 +152,9 @@ def main() -> None:
     rows = merged_with_earlier(rows, a.episodes)
     seeds = "1 SFT per family; RL training seeds as each row says"
     lines = markdown(rows, a.episodes).splitlines()
-    write_results("vla", "VLA fine-tuning on LangTabletop: SFT, then RL", lines, {"rows": rows}, seeds=seeds)
+    machines = {row["measured"].get("hardware") for row in rows} - {None}
+    write_results("vla", "VLA fine-tuning on LangTabletop: SFT, then RL", lines, {"rows": rows}, seeds=seeds,
+                  machines="as each row's command says: " + "; ".join(sorted(machines)) if len(machines) > 1 else "")
 
 
 def merged_with_earlier(rows: list[dict], episodes: int) -> list[dict]:
@@ -165,7 +168,8 @@ def merged_with_earlier(rows: list[dict], episodes: int) -> list[dict]:
     mine = {}
     for row in data["rows"]:
         row.setdefault("measured", {"command": data["meta"]["command"], "date": data["meta"]["date"],
-                                    "episodes": episodes_of(data["meta"]["command"])})
+                                    "episodes": episodes_of(data["meta"]["command"]),
+                                    "hardware": data["meta"]["hardware"]})
         if row["measured"]["episodes"] == episodes:
             mine[row["family"], row["algorithm"]] = row
     mine.update({(row["family"], row["algorithm"]): row for row in rows})
@@ -201,10 +205,11 @@ def markdown(rows: list[dict], episodes: int) -> str:
                      f" | {s['peak_mib']:.0f} / {mean['peak_mib']:.0f} MiB | {fps} | {r['measured']['date'][:10]} |")
     measured_by = {}
     for r in rows:
-        measured_by.setdefault(r["measured"]["command"], []).append(f"{r['family']} {r['algorithm']}")
+        on = f" (on {r['measured']['hardware']})" if "hardware" in r["measured"] else ""
+        measured_by.setdefault(f"`{r['measured']['command']}`{on}", []).append(f"{r['family']} {r['algorithm']}")
     lines += ["", "Each row again (with `--reuse`, the stages that had finished in its run directory were kept; each row's "
-              "wall times, memory and frame rates are those of its own runs):", ""]
-    lines += [f"- {', '.join(labels)}: `{command}`" for command, labels in measured_by.items()]
+              "wall times, memory and frame rates are those of its own runs, on the machine named):", ""]
+    lines += [f"- {', '.join(labels)}: {command}" for command, labels in measured_by.items()]
     return "\n".join(lines)
 
 

@@ -214,7 +214,8 @@ def test_vla_bench_refuses_an_unknown_family_or_algorithm_before_any_stage(tmp_p
 
 def test_vla_page_keeps_the_rows_an_earlier_call_measured(monkeypatch, tmp_path):
     """bench/vla.py grows its page a family at a time: a call replaces the rows it measured, keeps the others with
-    the command and date that measured them, and drops those measured with another number of eval episodes."""
+    the command, date and machine that measured them, and drops those measured with another number of eval
+    episodes."""
     monkeypatch.syspath_prepend(str(ROOT / "bench"))
     spec = importlib.util.spec_from_file_location("bench_vla", ROOT / "bench/vla.py")
     vla = importlib.util.module_from_spec(spec)
@@ -224,13 +225,15 @@ def test_vla_page_keeps_the_rows_an_earlier_call_measured(monkeypatch, tmp_path)
     monkeypatch.setattr(vla, "RESULTS", tmp_path)
     first = earlier["rows"][0]
     new = {**first, "measured": {"command": "python bench/vla.py --families x", "date": "2027-01-01 00:00 UTC",
-                                 "episodes": vla.EPISODES}}
+                                 "episodes": vla.EPISODES, "hardware": "Intel(R) Xeon(R) Processor, 2 cores"}}
     rows = vla.merged_with_earlier([new], vla.EPISODES)
     assert len(rows) == len(earlier["rows"])
     assert rows[0] is new
     assert all(row["measured"]["command"] == earlier["meta"]["command"] for row in rows[1:])
+    assert all(row["measured"]["hardware"] == earlier["meta"]["hardware"] for row in rows[1:])
     page = vla.markdown(rows, vla.EPISODES)
-    assert "`python bench/vla.py --families x`" in page and f"`{earlier['meta']['command']}`" in page
+    assert "`python bench/vla.py --families x` (on Intel(R) Xeon(R) Processor, 2 cores)" in page
+    assert f"`{earlier['meta']['command']}` (on {earlier['meta']['hardware']})" in page
     assert vla.merged_with_earlier([new], vla.EPISODES + 1) == [new]
 
 
