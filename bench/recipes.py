@@ -20,13 +20,16 @@ trains the recipe's prerequisites again and takes the other seeds from docs/resu
 started from the same prerequisite weights (a sha256 of their tensors) and the same config; the row says which
 seeds are still to run until all are in. Trained twice on one machine a prerequisite comes out bit-identical; on
 another machine it may not (same code, config, torch and MuJoCo, other weights), and the later part is then refused:
-the card is trained again in one call.
+the card is trained again in one call. A few-shot VLA card's three 120-minute seeds fit one call of about 2.2 hours
+with --jobs 3 (the row then says 3 runs at a time: each seed shared the 2 cores with two others).
 Each seed runs at most its recipe's budget (RECIPES: 10–40 minutes for the MuJoCo recipes, 10–120 for the VLA
 ones, 75 for ManiSkill's PushCube), and most end sooner at their `train.total_steps` or `train.stop_at_success`.
 All of them on 2 CPU cores: at most about 31 hours for the MuJoCo recipes (5 seeds), 36 for the VLA ones and 5
 for ManiSkill's (3 seeds) with --jobs 1, fewer with --jobs 2; each BC or SFT prerequisite adds minutes. Keep
---jobs at most the number of cores: three rgb VLA runs on 2 cores made 20% fewer env steps per second together
-than two (each run's rendering threads and its torch thread then wait for each other's cores). The few-shot VLA
+--jobs at most the number of cores where the time allows: on one 2-core machine three rgb VLA runs made 20% fewer env
+steps per second together than two (each run's rendering threads and its torch thread then wait for each other's
+cores); with --jobs 3 on another, each of grpo_token_vla_fewshot's seeds made 1.56M env steps in its 120 minutes,
+where two at a time had made 1.8M. The few-shot VLA
 recipes take longest: 3 seeds of 2.4M env steps, with --jobs 2 about 130 minutes of both cores for
 grpo_flow_vla_fewshot after its SFT prerequisites (about 10 minutes), more for the token VLA's.
 """
@@ -120,8 +123,8 @@ RECIPES: dict[str, Recipe] = {
     "ppo_flow_vla_fewshot": Recipe(3, 0.50, 120),  # as the VLAs' bars, from its first card: 0.56 [0.52, 0.58]
     "grpo_flow_vla_fewshot": Recipe(3, 0.55, 120),  # 0.58 [0.56, 0.60]
     "ppo_token_vla_fewshot": Recipe(3, 0.45, 120),  # 0.54 [0.46, 0.58]
-    "grpo_token_vla_fewshot": Recipe(3, 0.50, 120),  # 0.55 [0.52, 0.58] over seeds 0 and 1: seed 2, measured
-    #                                                  apart, started from other SFT weights (module docstring)
+    "grpo_token_vla_fewshot": Recipe(3, 0.50, 120),  # 0.55 [0.52, 0.58] over its first two seeds (a third, measured
+    #                                                  apart, started from other SFT weights: module docstring)
     "ppo_flow_state": Recipe(3, 0.70, 10),  # as the VLAs' bars, from its first card: 0.75 [0.73, 0.77]
     "grpo_flow_state": Recipe(3, 0.50, 10),  # 0.60 [0.52, 0.67]
     "ppo_maniskill_pushcube": Recipe(3, 0.90, 75),  # docs/guides/simulators.md: stops at 90% or after 75 minutes
