@@ -29,9 +29,9 @@ for ManiSkill's (3 seeds) with --jobs 1, fewer with --jobs 2; each BC or SFT pre
 --jobs at most the number of cores where the time allows: on one 2-core machine three rgb VLA runs made 20% fewer env
 steps per second together than two (each run's rendering threads and its torch thread then wait for each other's
 cores); with --jobs 3 on another, each of grpo_token_vla_fewshot's seeds made 1.56M env steps in its 120 minutes,
-where two at a time had made 1.8M. The few-shot VLA
-recipes take longest: 3 seeds of 2.4M env steps, with --jobs 2 about 130 minutes of both cores for
-grpo_flow_vla_fewshot after its SFT prerequisites (about 10 minutes), more for the token VLA's.
+where two at a time had made 1.8M. The few-shot VLA recipes take longest: 3 seeds of 2.4M env steps, with --jobs 2
+about 130 minutes of both cores for grpo_flow_vla_fewshot after its SFT prerequisites (about 10 minutes), more for
+the token VLA's.
 """
 from __future__ import annotations
 
