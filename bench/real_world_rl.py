@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from study import ROOT, run_once, run_stage, write_results
+from study import ROOT, run_once, run_stage, train_stage, write_results
 
 TASK = "mujoco/Push"
 CONTROL_HZ = 20
@@ -158,19 +158,16 @@ def main() -> None:
 
     def arm(name: str) -> dict:
         run, op = ("hil" if "interventions" in name else "rl"), arms[name]
-        return run_once(runs, run, args.reuse, lambda: (
-            run_stage(["train", str(ROOT / "configs" / "hil_sac_push.yaml"), *common, f"train.name={run}",
-                       f"robot.operator={op}"], runs / f"{run}.log"),
-            json.loads((runs / run / "summary.json").read_text()))[1])
+        return run_once(runs, run, args.reuse, lambda: train_stage(
+            ["train", str(ROOT / "configs" / "hil_sac_push.yaml"), *common, f"train.name={run}",
+             f"robot.operator={op}"], runs, run))
     with ThreadPoolExecutor(len(arms)) as pool:  # the arms run side by side, each with its own twin in real time
         summaries = dict(zip(arms, pool.map(arm, arms)))
-    bc = run_once(runs, "bc", args.reuse, lambda: (
-        run_stage(["bc", str(ROOT / "configs" / "bc_flow_push.yaml"), f"train.run_dir={runs}", "train.name=bc",
-                   f"bc.demos={demos}", f"bc.max_episodes={args.demos}", "train.progress=false",
-                   f"train.seed={args.seed}", "env.randomize.object_mass=[1.5,1.5]", "env.randomize.friction=[0.5,0.5]",
-                   "env.randomize.latency_ms=[20.0,20.0]", "train.eval_episodes=50", "train.eval_envs=50"],
-                  runs / "bc.log"),
-        json.loads((runs / "bc" / "summary.json").read_text()))[1])
+    bc = run_once(runs, "bc", args.reuse, lambda: train_stage(
+        ["bc", str(ROOT / "configs" / "bc_flow_push.yaml"), f"train.run_dir={runs}", "train.name=bc",
+         f"bc.demos={demos}", f"bc.max_episodes={args.demos}", "train.progress=false", f"train.seed={args.seed}",
+         "env.randomize.object_mass=[1.5,1.5]", "env.randomize.friction=[0.5,0.5]",
+         "env.randomize.latency_ms=[20.0,20.0]", "train.eval_episodes=50", "train.eval_envs=50"], runs, "bc"))
 
     window = int(5 * 60 * CONTROL_HZ)  # 5 robot minutes
     per_5min = ["interventions"] + (["vetoes"] if args.judge else [])

@@ -59,6 +59,7 @@ from study import (
     run_once,
     run_stage,
     train_runs,
+    train_stage,
     write_results,
 )
 
@@ -163,13 +164,6 @@ def demos_for(cfg: Config, runs: Path) -> Path:
     if not demos_file(demos).is_file():
         print(record_demos(cfg.env.id, DEMO_EPISODES, demos, progress=False), flush=True)
     return demos
-
-
-def train_stage(args: list[str], runs: Path, name: str) -> dict:
-    """`roborl ARGS` in its own process (study.run_stage, as bench/vla.py runs its stages), logged to
-    runs/name.log; the run's summary."""
-    run_stage(args, runs / f"{name}.log")
-    return json.loads((runs / name / "summary.json").read_text())
 
 
 def stages_of(cfg: Config) -> list[str]:

@@ -180,6 +180,12 @@ def run_stage(args: list[str], log: Path) -> dict:
     return {"peak_mib": usage.ru_maxrss / 1024}
 
 
+def train_stage(args: list[str], run_dir: Path, name: str) -> dict:
+    """`roborl ARGS` training run `name` in its own process (run_stage), logged to run_dir/name.log; its summary."""
+    run_stage(args, run_dir / f"{name}.log")
+    return json.loads((run_dir / name / "summary.json").read_text())
+
+
 def seeds_study_parser(description: str, run_dir: str, steps: int) -> argparse.ArgumentParser:
     """The arguments of a study over training seeds with one env-step budget shared by every run."""
     p = argparse.ArgumentParser(description=description)
@@ -210,9 +216,9 @@ def train_runs(runs: list[tuple[str, list[str]]], run_dir: Path, reuse: bool, jo
     threads, made_by, machine = side_by_side(jobs), software(), hardware()
 
     def trained(name: str, cli: list[str]) -> dict:
-        run_stage(cli, run_dir / f"{name}.log")
+        summary = train_stage(cli, run_dir, name)
         write_page(run_dir / name / TRAINED_WITH, json.dumps({"jobs": jobs, "software": made_by, "hardware": machine}))
-        return json.loads((run_dir / name / "summary.json").read_text())
+        return summary
 
     def one(run: tuple[str, list[str]]) -> dict:
         name, args = run
